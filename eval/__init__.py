@@ -1,0 +1,1 @@
+"""Evaluation: BEIR-format data sets, metrics and reports."""

@@ -1,0 +1,1 @@
+"""Graph wiring: state, context (all defaults), routing and the compiled pipeline."""

@@ -1,0 +1,1 @@
+"""Ingestion: loaders, the structural chunker, entities and the ingest job."""

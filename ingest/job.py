@@ -1,0 +1,340 @@
+"""The ingest job: load, chunk, embed in batches, write each document atomically.
+
+A failing file is reported with its path and reason and the run continues. An
+unchanged revision is skipped without embedding; a changed one replaces the old
+chunks in one transaction. Entity mentions are linked deterministically at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from retrieval_pipeline.errors import DimensionMismatchError, IngestError
+from retrieval_pipeline.graph.context import CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS
+from retrieval_pipeline.ingest.chunker import Chunk, chunk_text, extract_identifiers
+from retrieval_pipeline.ingest.loaders import (
+    PARSER_VERSION,
+    LoadDefaults,
+    SourceDocument,
+    discover,
+    load_file,
+)
+from retrieval_pipeline.tools.embeddings import Embedder
+from retrieval_pipeline.tools.store.records import (
+    ChunkRecord,
+    DocumentRecord,
+    chunk_key,
+    document_key,
+)
+from retrieval_pipeline.tools.store.store import Store
+from retrieval_pipeline.tools.tokens import TokenCounter, default_token_counter
+
+logger = logging.getLogger(__name__)
+
+DOCUMENT_BATCH = 128  # documents embedded together; bounds memory on big corpora
+
+
+@dataclass
+class IngestSummary:
+    """Counts and timings of one ingest run."""
+
+    documents: int = 0  # written (new or changed)
+    chunks: int = 0
+    skipped: int = 0  # unchanged revisions
+    removed: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    mentions_linked: int = 0
+    seconds: float = 0.0
+    embed_seconds: float = 0.0
+    write_seconds: float = 0.0
+
+    @property
+    def failed(self) -> int:
+        """Number of files or records that could not be ingested."""
+        return len(self.failures)
+
+    def to_dict(self) -> dict[str, object]:
+        """Return the JSON form."""
+        return {
+            "documents": self.documents,
+            "chunks": self.chunks,
+            "skipped": self.skipped,
+            "removed": self.removed,
+            "failed": self.failed,
+            "failures": [{"path": p, "reason": r} for p, r in self.failures],
+            "mentions_linked": self.mentions_linked,
+            "seconds": round(self.seconds, 3),
+            "embed_seconds": round(self.embed_seconds, 3),
+            "write_seconds": round(self.write_seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    source: SourceDocument
+    document_id: str
+    revision: str
+    chunks: list[Chunk]
+
+
+def revision_of(source: SourceDocument, embedding_model: str) -> str:
+    """Content revision: changes when the text or anything that shapes the index does."""
+    indexing = {
+        "title": source.title,
+        "path": source.path,
+        "tenant": source.tenant,
+        "principals": list(source.principals),
+        "metadata": source.metadata,
+        "entities": [e.__dict__ for e in source.entities],
+        "relations": [r.__dict__ for r in source.relations],
+        "title_entity": source.title_entity,
+        "created_at": source.created_at.isoformat() if source.created_at else None,
+        "updated_at": source.updated_at.isoformat() if source.updated_at else None,
+        "parser": PARSER_VERSION,
+        "chunking": [CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS],
+        "embedding_model": embedding_model,
+    }
+    digest = hashlib.sha256(source.content.encode("utf-8"))
+    digest.update(json.dumps(indexing, sort_keys=True, default=str).encode("utf-8"))
+    return "sha256:" + digest.hexdigest()
+
+
+def chunk_document(source: SourceDocument, counter: TokenCounter) -> list[Chunk]:
+    """Chunk a loaded document according to its kind."""
+    structured = source.kind in ("markdown", "html")
+    base = () if structured else ((source.title,) if source.title else ())
+    return chunk_text(
+        source.content,
+        counter=counter,
+        start=source.body_start,
+        structured=structured,
+        base_headings=base,
+    )
+
+
+class Ingestor:
+    """Ingests sources into a store with one embedder (whose dimension it checks)."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        *,
+        counter: TokenCounter | None = None,
+        progress: bool = False,
+        on_document_written: Callable[[DocumentRecord], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.counter = counter or default_token_counter()
+        self.progress = progress
+        self._on_written = on_document_written
+
+    def ingest_paths(
+        self,
+        paths: Sequence[Path | str],
+        *,
+        tenant: str = "",
+        principals: Sequence[str] = (),
+        title_entities: bool = False,
+        prune: bool = False,
+    ) -> IngestSummary:
+        """Ingest files and directories (recursively); see :class:`IngestSummary`."""
+        started = time.perf_counter()
+        summary = IngestSummary()
+        targets = [Path(p) for p in paths]
+        sources: list[SourceDocument] = []
+        for target in targets:
+            root = target if target.is_dir() else target.parent
+            defaults = LoadDefaults(
+                tenant=tenant,
+                principals=tuple(sorted(set(principals))),
+                title_entities=title_entities,
+                root=root,
+            )
+            try:
+                files = list(discover([target]))
+            except IngestError as exc:
+                summary.failures.append((exc.path, exc.reason))
+                continue
+            for file in files:
+                try:
+                    sources.extend(load_file(file, defaults))
+                except IngestError as exc:
+                    logger.warning("skipping %s", exc)
+                    summary.failures.append((exc.path, exc.reason))
+        self._ingest_sources(sources, summary)
+        if prune:
+            summary.removed = self._prune(targets, sources, tenant)
+        summary.seconds = time.perf_counter() - started
+        return summary
+
+    def ingest_documents(self, sources: Iterable[SourceDocument]) -> IngestSummary:
+        """Ingest already-loaded documents (the Python API for custom loaders)."""
+        started = time.perf_counter()
+        summary = IngestSummary()
+        self._ingest_sources(list(sources), summary)
+        summary.seconds = time.perf_counter() - started
+        return summary
+
+    def _ingest_sources(self, sources: list[SourceDocument], summary: IngestSummary) -> None:
+        if not sources:
+            return
+        self.store.ensure_embedding_index(self.embedder.model, self.embedder.dimension)
+        seen: dict[str, str] = {}
+        unique: list[SourceDocument] = []
+        for source in sources:
+            key = document_key(source.tenant, source.source_id)
+            if key in seen:
+                summary.failures.append(
+                    (source.source_uri, f"duplicate document id '{source.source_id}' "
+                     f"(also in {seen[key]}); the first one was kept")
+                )
+                continue
+            seen[key] = source.source_uri
+            unique.append(source)
+        bar = _progress_bar(len(unique), self.progress)
+        written_ids: list[str] = []
+        graph_changed = False
+        tenants: set[str] = set()
+        try:
+            for offset in range(0, len(unique), DOCUMENT_BATCH):
+                batch = unique[offset : offset + DOCUMENT_BATCH]
+                prepared = self._prepare(batch, summary)
+                records = self._embed(prepared, summary)
+                write_started = time.perf_counter()
+                for record in records:
+                    try:
+                        self.store.write_document(record)
+                    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+                        summary.failures.append((record.source_uri, f"database rejected: {exc}"))
+                        continue
+                    summary.documents += 1
+                    summary.chunks += len(record.chunks)
+                    written_ids.append(record.id)
+                    tenants.add(record.tenant)
+                    graph_changed |= bool(record.entities or record.relations or record.title_entity)
+                    if self._on_written is not None:
+                        self._on_written(record)
+                summary.write_seconds += time.perf_counter() - write_started
+                bar.update(len(batch))
+        finally:
+            bar.close()
+        link_started = time.perf_counter()
+        for tenant in sorted(tenants):
+            # New entity names can appear in documents written earlier: relink them all.
+            scope = None if graph_changed else [d for d in written_ids]
+            summary.mentions_linked += self.store.link_entities(tenant, scope)
+        summary.write_seconds += time.perf_counter() - link_started
+
+    def _prepare(self, batch: list[SourceDocument], summary: IngestSummary) -> list[_Prepared]:
+        prepared = []
+        for source in batch:
+            document_id = document_key(source.tenant, source.source_id)
+            revision = revision_of(source, self.embedder.model)
+            stored = self.store.document_revision(document_id)
+            if stored is not None and stored == (revision, self.embedder.model):
+                summary.skipped += 1
+                continue
+            chunks = chunk_document(source, self.counter)
+            if not chunks:
+                summary.failures.append((source.source_uri, "no text to index (empty body)"))
+                continue
+            prepared.append(_Prepared(source, document_id, revision, chunks))
+        return prepared
+
+    def _embed(self, prepared: list[_Prepared], summary: IngestSummary) -> list[DocumentRecord]:
+        texts = [chunk.indexed_text() for item in prepared for chunk in item.chunks]
+        embed_started = time.perf_counter()
+        vectors = self.embedder.embed_documents(texts)
+        summary.embed_seconds += time.perf_counter() - embed_started
+        if vectors and len(vectors[0]) != self.embedder.dimension:
+            raise DimensionMismatchError(
+                f"the embedder '{self.embedder.model}' returned {len(vectors[0])}-dimensional "
+                f"vectors but declared {self.embedder.dimension}"
+            )
+        records = []
+        cursor = 0
+        for item in prepared:
+            source = item.source
+            chunk_records = []
+            for chunk in item.chunks:
+                content = chunk.indexed_text()
+                chunk_records.append(
+                    ChunkRecord(
+                        id=chunk_key(item.document_id, chunk.ordinal, content),
+                        ordinal=chunk.ordinal,
+                        heading_path=chunk.heading_path,
+                        body=chunk.body,
+                        content=content,
+                        char_start=chunk.char_start,
+                        char_end=chunk.char_end,
+                        token_count=chunk.token_count,
+                        identifiers=extract_identifiers(content),
+                        embedding=tuple(vectors[cursor]),
+                    )
+                )
+                cursor += 1
+            assert source.updated_at is not None
+            records.append(
+                DocumentRecord(
+                    id=item.document_id,
+                    source_id=source.source_id,
+                    tenant=source.tenant,
+                    title=source.title,
+                    path=source.path,
+                    source_uri=source.source_uri,
+                    revision=item.revision,
+                    parser_version=PARSER_VERSION,
+                    acl=source.principals,
+                    metadata=source.metadata,
+                    content=source.content,
+                    embedding_model=self.embedder.model,
+                    embedding_version=self.embedder.version,
+                    created_at=source.created_at,
+                    updated_at=source.updated_at,
+                    chunks=tuple(chunk_records),
+                    entities=source.entities,
+                    relations=source.relations,
+                    title_entity=source.title_entity,
+                )
+            )
+        return records
+
+    def _prune(self, targets: list[Path], sources: list[SourceDocument], tenant: str) -> int:
+        """Delete stored documents under the given directories that no longer exist."""
+        present = {document_key(s.tenant, s.source_id) for s in sources}
+        removed = 0
+        for target in targets:
+            if not target.is_dir():
+                continue
+            for document_id, _uri in self.store.document_ids_under(
+                target.resolve().as_uri() + "/", tenant
+            ):
+                if document_id not in present and self.store.delete_document(document_id):
+                    removed += 1
+        return removed
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _progress_bar(total: int, enabled: bool) -> _NoBar:
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="doc", desc="ingest")  # type: ignore[return-value]

@@ -1,0 +1,381 @@
+"""Source loaders: markdown, plain text, HTML and BEIR-format JSONL.
+
+Each loader returns :class:`SourceDocument` values whose ``content`` is the exact text
+that chunk offsets point into. Metadata comes from front matter (markdown), a sidecar
+file (``NAME.meta.json`` / ``NAME.meta.yaml`` beside the source), a JSONL record's
+``metadata`` field, and the caller's defaults, in increasing order of precedence:
+defaults < sidecar < front matter / record.
+
+Recognised metadata keys: ``id``, ``title``, ``path``, ``tenant``, ``principals`` (or
+``acl``), ``created_at``, ``updated_at``, ``entities``, ``relations``,
+``title_entity``; anything else is kept in ``metadata``. See README "Metadata and
+entity sidecars" for the entity format.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from retrieval_pipeline.errors import IngestError
+from retrieval_pipeline.tools.store.records import LIFECYCLES, EntitySpec, RelationSpec
+
+PARSER_VERSION = "rp-parse/1"
+TEXT_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text",
+                 ".html": "html", ".htm": "html", ".jsonl": "jsonl"}
+SIDECAR_SUFFIXES = (".meta.json", ".meta.yaml", ".meta.yml")
+MAX_FILE_BYTES = 50 * 1024 * 1024  # larger single files are almost surely not prose
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+_KNOWN_KEYS = {"id", "_id", "title", "path", "tenant", "principals", "acl", "created_at",
+               "created", "updated_at", "updated", "entities", "relations", "title_entity",
+               "text"}
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """A loaded source document, before chunking."""
+
+    source_id: str
+    title: str
+    path: str
+    source_uri: str
+    content: str  # the text offsets point into
+    body_start: int  # where the body starts in ``content`` (after front matter)
+    kind: str  # markdown | text | html | jsonl
+    tenant: str = ""
+    principals: tuple[str, ...] = ()
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    entities: tuple[EntitySpec, ...] = ()
+    relations: tuple[RelationSpec, ...] = ()
+    title_entity: bool = False
+
+
+@dataclass(frozen=True)
+class LoadDefaults:
+    """Caller-supplied defaults (CLI options) applied to every loaded document."""
+
+    tenant: str = ""
+    principals: tuple[str, ...] = ()
+    title_entities: bool = False
+    root: Path | None = None  # relative paths and ids are computed from here
+
+
+def discover(paths: list[Path]) -> Iterator[Path]:
+    """Yield loadable files under the given files and directories, sorted, once each."""
+    seen: set[Path] = set()
+    for path in paths:
+        if not path.exists():
+            raise IngestError(str(path), "no such file or directory")
+        candidates = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for candidate in candidates:
+            name = candidate.name.lower()
+            if name.endswith(SIDECAR_SUFFIXES) or name.startswith("."):
+                continue
+            if candidate.suffix.lower() in TEXT_SUFFIXES and candidate not in seen:
+                seen.add(candidate)
+                yield candidate
+
+
+def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
+    """Load one file into documents; raise :class:`IngestError` with the reason."""
+    kind = TEXT_SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise IngestError(str(path), f"unsupported file type '{path.suffix}'; "
+                          f"supported: {', '.join(sorted(TEXT_SUFFIXES))}")
+    text = _read_text(path)
+    sidecar = _read_sidecar(path)
+    if kind == "jsonl":
+        return list(_load_jsonl(path, text, sidecar, defaults))
+    front: dict[str, Any] = {}
+    body_start = 0
+    if kind == "markdown":
+        front, body_start = _front_matter(path, text)
+    if kind == "html":
+        text, html_title = html_to_markdown(text)
+        sidecar.setdefault("title", html_title) if html_title else None
+    meta = _merge(defaults, sidecar, front)
+    rel = _relative(path, defaults.root)
+    title = str(meta.pop("title", "") or _first_heading(text[body_start:]) or path.stem)
+    source_id = str(meta.pop("id", "") or rel)
+    return [_document(path, source_id, title, rel, text, body_start, kind, meta, defaults)]
+
+
+def _read_text(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise IngestError(str(path), f"file is {size:,} bytes; the limit is "
+                              f"{MAX_FILE_BYTES:,}. Split it into smaller documents.")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise IngestError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    if b"\x00" in raw[:8192]:
+        raise IngestError(str(path), "looks binary (contains NUL bytes), not text")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise IngestError(str(path), f"not valid UTF-8 text (byte {exc.start}); "
+                          "convert it to UTF-8 first") from exc
+    # One newline convention so offsets mean the same thing on every platform.
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_sidecar(path: Path) -> dict[str, Any]:
+    for suffix in SIDECAR_SUFFIXES:
+        sidecar = path.with_name(path.name + suffix)
+        if not sidecar.exists():
+            continue
+        try:
+            raw = sidecar.read_text(encoding="utf-8")
+            data = json.loads(raw) if suffix == ".meta.json" else yaml.safe_load(raw)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+            raise IngestError(str(path), f"bad metadata sidecar {sidecar.name}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise IngestError(str(path), f"metadata sidecar {sidecar.name} must hold an "
+                              "object of keys, not " + type(data).__name__)
+        return data
+    return {}
+
+
+def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], int]:
+    match = _FRONT_MATTER.match(text)
+    if not match:
+        return {}, 0
+    try:
+        data = yaml.safe_load(match.group(1)) or {}
+    except yaml.YAMLError as exc:
+        raise IngestError(str(path), f"bad YAML front matter: {exc}") from exc
+    if not isinstance(data, dict):
+        raise IngestError(str(path), "front matter must be a mapping of keys")
+    return data, match.end()
+
+
+def _merge(defaults: LoadDefaults, *layers: dict[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged.update(layer)
+    return merged
+
+
+def _relative(path: Path, root: Path | None) -> str:
+    resolved = path.resolve()
+    if root is not None:
+        try:
+            return resolved.relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass
+    return path.name
+
+
+def _first_heading(text: str) -> str:
+    match = re.search(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", text, re.MULTILINE)
+    return match.group(1).strip() if match else ""
+
+
+def _load_jsonl(path: Path, text: str, sidecar: dict[str, Any],
+                defaults: LoadDefaults) -> Iterator[SourceDocument]:
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise IngestError(where, f"invalid JSON: {exc.msg}") from exc
+        if not isinstance(record, dict):
+            raise IngestError(where, "each line must be a JSON object")
+        source_id = record.get("_id", record.get("id"))
+        body = record.get("text")
+        if source_id in (None, "") or not isinstance(body, str):
+            raise IngestError(where, "a BEIR record needs '_id' and a string 'text'")
+        extra = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+        meta = _merge(defaults, sidecar, extra)
+        meta.pop("id", None)
+        title = str(record.get("title") or meta.pop("title", "") or "")
+        meta.pop("title", None)
+        yield _document(path, str(source_id), title, f"{_relative(path, defaults.root)}#{source_id}",
+                        body, 0, "jsonl", meta, defaults, where=where)
+
+
+def _document(path: Path, source_id: str, title: str, rel: str, content: str,
+              body_start: int, kind: str, meta: dict[str, Any], defaults: LoadDefaults,
+              *, where: str | None = None) -> SourceDocument:
+    where = where or str(path)
+    principals = meta.pop("principals", meta.pop("acl", None))
+    tenant = meta.pop("tenant", None)
+    updated = _timestamp(where, meta.pop("updated_at", meta.pop("updated", None)))
+    created = _timestamp(where, meta.pop("created_at", meta.pop("created", None)))
+    if updated is None:
+        updated = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    entities = _entities(where, meta.pop("entities", None))
+    relations = _relations(where, meta.pop("relations", None))
+    title_entity = meta.pop("title_entity", defaults.title_entities)
+    logical_path = str(meta.pop("path", "") or rel)
+    metadata = {k: v for k, v in meta.items() if k not in _KNOWN_KEYS}
+    try:
+        json.dumps(metadata)
+    except (TypeError, ValueError) as exc:
+        raise IngestError(where, f"metadata is not JSON-serialisable: {exc}") from exc
+    return SourceDocument(
+        source_id=source_id,
+        title=title.strip(),
+        path=logical_path,
+        source_uri=path.resolve().as_uri() + ("#" + source_id if kind == "jsonl" else ""),
+        content=content,
+        body_start=body_start,
+        kind=kind,
+        tenant=str(tenant) if tenant not in (None, "") else defaults.tenant,
+        principals=_principals(where, principals) if principals is not None
+        else defaults.principals,
+        created_at=created,
+        updated_at=updated,
+        metadata=metadata,
+        entities=entities,
+        relations=relations,
+        title_entity=bool(title_entity),
+    )
+
+
+def _principals(where: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [p for p in value.split(",")]
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise IngestError(where, "'principals' must be a list of strings or 'a,b,c'")
+    return tuple(sorted({p.strip() for p in value if p.strip()}))
+
+
+def _timestamp(where: str, value: Any) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif hasattr(value, "isoformat"):  # a YAML date
+        parsed = datetime.fromisoformat(value.isoformat())
+    else:
+        try:
+            parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise IngestError(where, f"timestamp '{value}' is not ISO 8601") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _entities(where: str, value: Any) -> tuple[EntitySpec, ...]:
+    if value in (None, []):
+        return ()
+    if not isinstance(value, list):
+        raise IngestError(where, "'entities' must be a list")
+    specs = []
+    for item in value:
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
+                or not item["name"].strip():
+            raise IngestError(where, f"entity {item!r} needs a non-empty 'name'")
+        lifecycle = str(item.get("lifecycle", "served"))
+        if lifecycle not in LIFECYCLES:
+            raise IngestError(where, f"entity '{item['name']}' has lifecycle '{lifecycle}'; "
+                              f"valid: {', '.join(LIFECYCLES)}")
+        aliases = item.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise IngestError(where, f"entity '{item['name']}': 'aliases' must be strings")
+        count = item.get("count", 1)
+        if not isinstance(count, int) or count < 1:
+            raise IngestError(where, f"entity '{item['name']}': 'count' must be >= 1")
+        specs.append(EntitySpec(name=item["name"].strip(), type=str(item.get("type", "thing")),
+                                lifecycle=lifecycle, aliases=tuple(aliases),
+                                description=str(item.get("description", "")), count=count))
+    return tuple(specs)
+
+
+def _relations(where: str, value: Any) -> tuple[RelationSpec, ...]:
+    if value in (None, []):
+        return ()
+    if not isinstance(value, list):
+        raise IngestError(where, "'relations' must be a list")
+    specs = []
+    for item in value:
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) and item[k].strip() for k in ("source", "target")
+        ):
+            raise IngestError(where, f"relation {item!r} needs 'source' and 'target' names")
+        try:
+            weight = float(item.get("weight", 1.0))
+        except (TypeError, ValueError) as exc:
+            raise IngestError(where, f"relation weight {item.get('weight')!r} is not a number") \
+                from exc
+        if not weight > 0:
+            raise IngestError(where, "relation weight must be positive")
+        specs.append(RelationSpec(source=item["source"].strip(), target=item["target"].strip(),
+                                  type=str(item.get("type", "related_to")), weight=weight))
+    return tuple(specs)
+
+
+class _HTMLToMarkdown(HTMLParser):
+    """Keep text and heading structure; drop scripts, styles and markup."""
+
+    _BLOCK = {"p", "div", "li", "tr", "section", "article", "br", "pre", "blockquote",
+              "ul", "ol", "table", "header", "footer", "main"}
+    _SKIP = {"script", "style", "noscript", "template", "head"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title = ""
+        self._skip = 0
+        self._in_title = False
+        self._heading: int | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self._in_title = True
+        if tag in self._SKIP:
+            self._skip += 1
+        elif re.fullmatch(r"h[1-6]", tag):
+            self._heading = int(tag[1])
+            self.parts.append("\n\n" + "#" * self._heading + " ")
+        elif tag == "li":
+            self.parts.append("\n- ")
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        if tag in self._SKIP:
+            self._skip = max(0, self._skip - 1)
+        elif re.fullmatch(r"h[1-6]", tag):
+            self._heading = None
+            self.parts.append("\n\n")
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        if self._skip:
+            return
+        text = re.sub(r"\s+", " ", data)
+        if self._heading is not None:
+            text = text.replace("\n", " ")
+        self.parts.append(text)
+
+
+def html_to_markdown(html: str) -> tuple[str, str]:
+    """Convert HTML to markdown-like text (headings kept); return (text, <title>)."""
+    parser = _HTMLToMarkdown()
+    parser.feed(html)
+    parser.close()
+    text = "".join(parser.parts)
+    lines = [line.strip() for line in text.split("\n")]
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
+    return text, re.sub(r"\s+", " ", parser.title).strip()

@@ -1,0 +1,225 @@
+"""``retrieval-pipeline`` command line: ingest, query, and the embedded database.
+
+User mistakes print one clear line on stderr and exit non-zero; only bugs keep a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from retrieval_pipeline.errors import DatabaseUnavailableError, RetrievalPipelineError
+from retrieval_pipeline.graph.context import DEFAULT_LIMIT
+from retrieval_pipeline.settings import database_url, home_dir, redact_url
+
+EXIT_USAGE = 2
+EXIT_DATABASE = 3
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _add_access(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument(
+        "--principals",
+        type=_csv,
+        default=[],
+        help=f"comma-separated ACL principals the {verb} carry (none = public only)",
+    )
+    parser.add_argument("--tenant", default=None, help="tenant scope (default: none)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="retrieval-pipeline",
+        description="Hybrid PostgreSQL retrieval with provenance.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ingest = sub.add_parser("ingest", help="ingest markdown, text, HTML or BEIR JSONL")
+    ingest.add_argument("paths", nargs="+", type=Path, help="files or directories")
+    _add_access(ingest, "documents")
+    ingest.add_argument(
+        "--title-entities",
+        action="store_true",
+        help="treat each document's title as an entity (wiki-style corpora)",
+    )
+    ingest.add_argument(
+        "--prune",
+        action="store_true",
+        help="delete stored documents under the given directories that no longer exist",
+    )
+    ingest.add_argument("--embeddings", default=None, help="embedder: local (default), "
+                        "openai[:model], voyage[:model], cohere[:model]")
+    ingest.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ingest.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    query = sub.add_parser("query", help="retrieve ranked chunks for a question")
+    query.add_argument("question")
+    query.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="chunks to return")
+    _add_access(query, "caller holds")
+    query.add_argument(
+        "--doc-id", action="append", dest="doc_ids", default=None,
+        help="restrict to this document id (repeatable)",
+    )
+    query.add_argument("--embeddings", default=None, help="embedder (must match the index)")
+    query.add_argument("--json", action="store_true", help="print the machine-readable form")
+
+    delete = sub.add_parser("delete", help="delete documents by their source id")
+    delete.add_argument("doc_ids", nargs="+")
+    delete.add_argument("--tenant", default=None)
+
+    db = sub.add_parser("db", help="manage the embedded PostgreSQL server")
+    db.add_argument("action", choices=["start", "stop", "status", "reset"])
+    db.add_argument("--yes", action="store_true", help="confirm `reset` (deletes all data)")
+    return parser
+
+
+def _print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, ensure_ascii=False, default=str)
+    sys.stdout.write("\n")
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from retrieval_pipeline.ingest.job import Ingestor
+    from retrieval_pipeline.tools.embeddings import resolve_embedder
+    from retrieval_pipeline.tools.store import open_store
+
+    embedder = resolve_embedder(args.embeddings)
+    with open_store() as store:
+        ingestor = Ingestor(store, embedder, progress=not (args.no_progress or args.json))
+        summary = ingestor.ingest_paths(
+            args.paths,
+            tenant=args.tenant or "",
+            principals=args.principals,
+            title_entities=args.title_entities,
+            prune=args.prune,
+        )
+    if args.json:
+        _print_json(summary.to_dict())
+    else:
+        print(
+            f"ingested {summary.documents} documents ({summary.chunks} chunks), "
+            f"skipped {summary.skipped} unchanged, removed {summary.removed}, "
+            f"failed {summary.failed} in {summary.seconds:.1f}s "
+            f"(embedding {summary.embed_seconds:.1f}s)"
+        )
+        for path, reason in summary.failures:
+            print(f"  failed: {path}: {reason}", file=sys.stderr)
+    return 1 if summary.failed and not summary.documents and not summary.skipped else 0
+
+
+def _cmd_query(args: argparse.Namespace) -> int:
+    from retrieval_pipeline.tools.embeddings import resolve_embedder
+    from retrieval_pipeline.tools.retrieve import Retriever, check_limit, clean_query
+    from retrieval_pipeline.tools.store import open_store
+
+    question = clean_query(args.question)  # fail fast, before starting anything
+    check_limit(args.limit)
+    with open_store() as store:
+        retriever = Retriever(store, resolve_embedder(args.embeddings))
+        chunks = retriever.retrieve(
+            question,
+            limit=args.limit,
+            doc_ids=args.doc_ids,
+            principals=args.principals,
+            tenant=args.tenant,
+        )
+    if args.json:
+        _print_json({"chunks": [c.to_dict() for c in chunks]})
+        return 0
+    if not chunks:
+        print("no matching chunks (check --principals/--tenant, or ingest documents first)")
+    for rank, chunk in enumerate(chunks, start=1):
+        ranks = ", ".join(f"{c} #{r}" for c, r in chunk.ranks.items())
+        heading = " > ".join(chunk.heading_path) or chunk.title
+        print(f"{rank}. [{chunk.score:.4f}] {chunk.document_id} :: {heading}  ({ranks})")
+        print(f"   {chunk.source_uri}  chars {chunk.char_start}-{chunk.char_end}")
+        snippet = " ".join(chunk.body.split())
+        print(f"   {snippet[:240]}{'...' if len(snippet) > 240 else ''}")
+    return 0
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from retrieval_pipeline.tools.store import open_store
+    from retrieval_pipeline.tools.store.records import document_key
+
+    with open_store() as store:
+        for doc_id in args.doc_ids:
+            deleted = store.delete_document(document_key(args.tenant or "", doc_id))
+            print(f"{'deleted' if deleted else 'not found'}: {doc_id}")
+    return 0
+
+
+def _cmd_db(args: argparse.Namespace) -> int:
+    from retrieval_pipeline.tools.store import EmbeddedPostgres, open_store
+
+    url = database_url()
+    if url is not None and args.action != "status":
+        raise RetrievalPipelineError(
+            f"DATABASE_URL is set ({redact_url(url)}); `db {args.action}` manages only the "
+            "embedded server. Unset DATABASE_URL to use it."
+        )
+    server = EmbeddedPostgres()
+    match args.action:
+        case "start":
+            with open_store() as store:  # starts the server and applies migrations
+                counts = store.counts()
+            print(f"embedded PostgreSQL running (data: {server.pgdata}); {counts['documents']} "
+                  "documents")
+        case "stop":
+            print("stopped" if server.stop() else "not running")
+        case "status":
+            if url is not None:
+                with open_store() as store:
+                    counts = store.counts()
+                print(f"external PostgreSQL {redact_url(url)}: {counts}")
+            else:
+                status = server.status()
+                state = f"running (pid {status.pid})" if status.running else "stopped"
+                print(f"embedded PostgreSQL {state}; data: {status.pgdata}")
+        case "reset":
+            if not args.yes:
+                raise RetrievalPipelineError(
+                    f"`db reset` deletes every document in {server.pgdata}; "
+                    "run again with --yes to confirm"
+                )
+            server.reset()
+            print(f"deleted {server.pgdata}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``retrieval-pipeline`` command."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    handlers = {"ingest": _cmd_ingest, "query": _cmd_query, "delete": _cmd_delete, "db": _cmd_db}
+    try:
+        return handlers[args.command](args)
+    except DatabaseUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_DATABASE
+    except RetrievalPipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""User-facing errors.
+
+Every error a user can cause or fix derives from :class:`RetrievalPipelineError` and
+carries a message that says what went wrong and what to do. The CLI prints these
+without a stack trace; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class RetrievalPipelineError(Exception):
+    """Base class for errors that a user can act on."""
+
+
+class ConfigurationError(RetrievalPipelineError, ValueError):
+    """A setting, provider name or environment variable is invalid."""
+
+
+class DatabaseUnavailableError(RetrievalPipelineError):
+    """PostgreSQL cannot be reached or started."""
+
+
+class DimensionMismatchError(RetrievalPipelineError):
+    """The embedder's dimension or model differs from the one the index was built with."""
+
+
+class InvalidQueryError(RetrievalPipelineError, ValueError):
+    """A query is empty, too long or otherwise unusable."""
+
+
+class IngestError(RetrievalPipelineError):
+    """A source file could not be loaded; the message names the file and the reason."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason

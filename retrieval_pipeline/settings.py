@@ -1,0 +1,46 @@
+"""Environment-derived settings: where data lives and which database to use.
+
+Secrets (database passwords, provider keys) are read from the environment only and
+are never logged: use :func:`redact_url` before printing a connection string.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import platformdirs
+
+HOME_ENV = "RETRIEVAL_PIPELINE_HOME"
+DATABASE_URL_ENV = "DATABASE_URL"
+EMBEDDINGS_ENV = "RETRIEVAL_PIPELINE_EMBEDDINGS"
+TIKTOKEN_DIR_ENV = "RETRIEVAL_PIPELINE_TIKTOKEN_DIR"
+
+
+def home_dir() -> Path:
+    """Return the data directory (``RETRIEVAL_PIPELINE_HOME`` or the user data dir)."""
+    configured = os.environ.get(HOME_ENV)
+    path = (
+        Path(configured).expanduser()
+        if configured
+        else Path(platformdirs.user_data_dir("retrieval-pipeline"))
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def database_url() -> str | None:
+    """Return ``DATABASE_URL`` when an external PostgreSQL is configured."""
+    value = os.environ.get(DATABASE_URL_ENV, "").strip()
+    return value or None
+
+
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)([^@]*)(@)")
+_PASSWORD_PARAM = re.compile(r"(password=)([^&\s]+)", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """Hide the password in a connection string so it can be printed or logged."""
+    url = _PASSWORD_IN_URL.sub(r"\1***\3", url)
+    return _PASSWORD_PARAM.sub(r"\1***", url)

@@ -1,0 +1,1 @@
+"""Everything the nodes call: the PostgreSQL store, embedders, token counting."""

@@ -1,0 +1,1 @@
+"""Cross-encoder reranker adapters."""

@@ -1,0 +1,259 @@
+"""The plain hybrid retrieve: BM25 + pgvector, fused with reciprocal-rank fusion.
+
+This is the primitive every pipeline stage widens, reorders or prunes:
+``retrieve(question, limit=..., doc_ids=..., principals=..., tenant=...)``.
+Access control (tenant, ACL principals, document scope) is applied inside each
+channel's SQL, before any ranking.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from retrieval_pipeline.errors import InvalidQueryError
+from retrieval_pipeline.graph.context import (
+    BM25_B,
+    BM25_K1,
+    CHANNEL_DEPTH,
+    DEFAULT_LIMIT,
+    HNSW_EF_SEARCH,
+    MAX_LIMIT,
+    MAX_QUERY_CHARS,
+    RRF_K,
+)
+from retrieval_pipeline.ingest.chunker import extract_identifiers
+from retrieval_pipeline.tools.embeddings import Embedder, resolve_embedder
+from retrieval_pipeline.tools.store.records import RetrievedChunk, document_key
+from retrieval_pipeline.tools.store.store import AccessScope, Store, open_store
+
+CHANNELS = ("lexical", "dense")
+
+
+def clean_query(question: object) -> str:
+    """Validate and normalise a query; raise :class:`InvalidQueryError` with the fix."""
+    if not isinstance(question, str):
+        raise InvalidQueryError(f"the question must be a string, not {type(question).__name__}")
+    # PostgreSQL text cannot hold NUL, and lone surrogates cannot be encoded as UTF-8.
+    text = question.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+    text = text.strip()
+    if not text:
+        raise InvalidQueryError("the question is empty; ask something in words")
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidQueryError(
+            f"the question is {len(text):,} characters; the limit is {MAX_QUERY_CHARS:,}. "
+            "Shorten it to the information need, or retrieve per passage."
+        )
+    return text
+
+
+def check_limit(limit: object) -> int:
+    """Validate an answer budget (number of chunks)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidQueryError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
+    return limit
+
+
+def reciprocal_rank_fusion(
+    ranked: Mapping[str, Sequence[str]],
+    *,
+    k: int = RRF_K,
+    weights: Mapping[str, float] | None = None,
+) -> list[tuple[str, float]]:
+    """Fuse ranked id lists: ``sum_r w_r / (k + rank_r)`` with 1-based ranks.
+
+    Cormack, Clarke & Buettcher (SIGIR 2009). Ties break by id, so the order is
+    deterministic.
+    """
+    scores: dict[str, float] = {}
+    for channel, ids in ranked.items():
+        weight = 1.0 if weights is None else float(weights.get(channel, 1.0))
+        for rank, item in enumerate(ids, start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+@dataclass
+class RetrievalTrace:
+    """Timings and counts of one retrieve call (no chunk text, no secrets)."""
+
+    embed_ms: float = 0.0
+    lexical_ms: float = 0.0
+    dense_ms: float = 0.0
+    fetch_ms: float = 0.0
+    lexical_candidates: int = 0
+    dense_candidates: int = 0
+    fused_candidates: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Retriever:
+    """Hybrid retrieval over one store with one embedder."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        *,
+        rrf_k: int = RRF_K,
+        depth: int = CHANNEL_DEPTH,
+        weights: Mapping[str, float] | None = None,
+        k1: float = BM25_K1,
+        b: float = BM25_B,
+    ) -> None:
+        if rrf_k < 1 or depth < 1:
+            raise ValueError("rrf_k and depth must be positive")
+        unknown = set(weights or {}) - set(CHANNELS)
+        if unknown:
+            raise ValueError(f"unknown channel weights {sorted(unknown)}; valid: {CHANNELS}")
+        self.store = store
+        self.embedder = embedder
+        self.rrf_k = rrf_k
+        self.depth = depth
+        self.weights = dict(weights) if weights else None
+        self.k1 = k1
+        self.b = b
+        self._index_checked = False
+
+    def scope(
+        self,
+        *,
+        principals: Sequence[str] = (),
+        tenant: str | None = None,
+        doc_ids: Sequence[str] | None = None,
+    ) -> AccessScope:
+        """Build the access scope; ``doc_ids`` are the sources' own ids."""
+        tenant_key = tenant or ""
+        keys = None if doc_ids is None else tuple(document_key(tenant_key, d) for d in doc_ids)
+        return AccessScope(
+            principals=tuple(sorted({p for p in principals if p})),
+            tenant=tenant_key,
+            doc_keys=keys,
+        )
+
+    def _check_index(self) -> bool:
+        if not self._index_checked:
+            index = self.store.embedding_index()
+            if index is None:
+                return False  # nothing ingested yet
+            self.store.check_embedding_compatible(index, self.embedder.model, self.embedder.dimension)
+            self._index_checked = True
+        return True
+
+    def channels(
+        self,
+        query: str,
+        scope: AccessScope,
+        *,
+        depth: int | None = None,
+        trace: RetrievalTrace | None = None,
+    ) -> dict[str, list[tuple[str, float]]]:
+        """Run both channels; return ranked (chunk id, score) lists per channel."""
+        trace = trace if trace is not None else RetrievalTrace()
+        depth = depth or self.depth
+        if not self._check_index():
+            return {channel: [] for channel in CHANNELS}
+        started = time.perf_counter()
+        lexical = self.store.search_lexical(
+            query, extract_identifiers(query), scope, depth=depth, k1=self.k1, b=self.b
+        )
+        trace.lexical_ms = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        vector = self.embedder.embed_query(query)
+        trace.embed_ms = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        dense = self.store.search_dense(vector, scope, depth=depth, ef_search=HNSW_EF_SEARCH)
+        trace.dense_ms = (time.perf_counter() - started) * 1000
+        trace.lexical_candidates, trace.dense_candidates = len(lexical), len(dense)
+        return {
+            "lexical": [(chunk_id, score) for chunk_id, score, _hits in lexical],
+            "dense": dense,
+        }
+
+    def retrieve(
+        self,
+        question: str,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        doc_ids: Sequence[str] | None = None,
+        principals: Sequence[str] = (),
+        tenant: str | None = None,
+        depth: int | None = None,
+        trace: RetrievalTrace | None = None,
+    ) -> list[RetrievedChunk]:
+        """Return up to ``limit`` chunks ranked by RRF over both channels."""
+        query = clean_query(question)
+        limit = check_limit(limit)
+        trace = trace if trace is not None else RetrievalTrace()
+        scope = self.scope(principals=principals, tenant=tenant, doc_ids=doc_ids)
+        ranked = self.channels(query, scope, depth=max(depth or self.depth, limit), trace=trace)
+        fused = reciprocal_rank_fusion(
+            {c: [i for i, _ in ranked[c]] for c in CHANNELS}, k=self.rrf_k, weights=self.weights
+        )[:limit]
+        trace.fused_candidates = len(fused)
+        started = time.perf_counter()
+        rows = self.store.fetch_chunks([chunk_id for chunk_id, _ in fused], scope)
+        trace.fetch_ms = (time.perf_counter() - started) * 1000
+        ranks = {c: {i: r for r, (i, _) in enumerate(ranked[c], start=1)} for c in CHANNELS}
+        scores = {c: dict(ranked[c]) for c in CHANNELS}
+        results = []
+        for chunk_id, score in fused:
+            row = rows.get(chunk_id)
+            if row is None:  # deleted between the channel query and the fetch
+                continue
+            results.append(
+                RetrievedChunk(
+                    chunk_id=chunk_id,
+                    document_id=row["source_id"],
+                    title=row["title"],
+                    text=row["content"],
+                    body=row["body"],
+                    heading_path=tuple(row["heading_path"]),
+                    source_uri=row["source_uri"],
+                    revision=row["revision"],
+                    char_start=row["char_start"],
+                    char_end=row["char_end"],
+                    token_count=row["token_count"],
+                    parser_version=row["parser_version"],
+                    embedding_model=row["embedding_model"],
+                    embedding_version=row["embedding_version"],
+                    updated_at=row["updated_at"],
+                    score=score,
+                    ranks={c: ranks[c][chunk_id] for c in CHANNELS if chunk_id in ranks[c]},
+                    channel_scores={
+                        c: scores[c][chunk_id] for c in CHANNELS if chunk_id in scores[c]
+                    },
+                )
+            )
+        return results
+
+
+_default: Retriever | None = None
+_default_lock = threading.Lock()
+
+
+def default_retriever() -> Retriever:
+    """The process-wide retriever over the configured store and embedder."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Retriever(open_store(), resolve_embedder())
+        return _default
+
+
+def retrieve(
+    question: str,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    doc_ids: Sequence[str] | None = None,
+    principals: Sequence[str] = (),
+    tenant: str | None = None,
+    retriever: Retriever | None = None,
+) -> list[RetrievedChunk]:
+    """Hybrid retrieve with the configured store and embedder (see :class:`Retriever`)."""
+    return (retriever or default_retriever()).retrieve(
+        question, limit=limit, doc_ids=doc_ids, principals=principals, tenant=tenant
+    )

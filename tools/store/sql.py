@@ -1,0 +1,232 @@
+"""Named SQL statements. Every value is a bound parameter; never format user input in.
+
+Filter fragments are composed with :mod:`psycopg.sql` from constants only, so a
+scoped query gets a plan that can use the scope's index instead of a generic
+``param IS NULL OR ...`` plan that cannot.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+# --- access control: applied to the chunk row in every channel, before ranking ------
+TENANT_FILTER = sql.SQL("c.tenant = %(tenant)s")
+# A chunk without principals is public; otherwise the caller must hold one of them.
+ACL_FILTER = sql.SQL("(c.acl = '{}'::text[] OR c.acl && %(principals)s::text[])")
+SCOPE_FILTER = sql.SQL("c.document_id = ANY(%(doc_keys)s::text[])")
+
+# --- lexical channel: BM25 from postings maintained at ingest -----------------------
+# Okapi BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf
+# ln(1 + (N - df + 0.5) / (df + 0.5)). Candidates are an OR over the query's lexemes,
+# so one absent word never empties the result. Chunks containing an exact identifier
+# from the query (ERR_CONN_RESET, v2.3.1, getUserById) rank first: an exact token
+# match is the strongest lexical evidence there is.
+LEXICAL_BM25 = sql.SQL(
+    """
+WITH query_terms AS (
+    SELECT DISTINCT t.lexeme
+    FROM unnest(to_tsvector('english'::regconfig, %(query)s)) AS t
+),
+stats AS (
+    SELECT greatest(chunk_count, 1)::float8 AS n,
+           greatest(total_length, 1)::float8 / greatest(chunk_count, 1) AS avgdl
+    FROM corpus_stats WHERE id = 1
+),
+weighted AS (
+    SELECT s.lexeme, ln(1 + (stats.n - s.df + 0.5) / (s.df + 0.5)) AS idf
+    FROM term_stats s JOIN query_terms q USING (lexeme) CROSS JOIN stats
+    WHERE s.df > 0
+),
+bm25 AS (
+    SELECT p.chunk_id,
+           sum(w.idf * p.tf * (%(k1)s + 1)
+               / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * c.lexeme_count / stats.avgdl)))
+               AS score
+    FROM weighted w
+    JOIN chunk_terms p ON p.lexeme = w.lexeme
+    JOIN chunks c ON c.id = p.chunk_id
+    CROSS JOIN stats
+    WHERE {filters}
+    GROUP BY p.chunk_id
+),
+exact AS (
+    SELECT c.id AS chunk_id,
+           cardinality(ARRAY(SELECT unnest(c.identifiers)
+                             INTERSECT SELECT unnest(%(identifiers)s::text[]))) AS hits
+    FROM chunks c
+    WHERE c.identifiers && %(identifiers)s::text[] AND {filters}
+)
+SELECT coalesce(b.chunk_id, e.chunk_id) AS chunk_id,
+       coalesce(e.hits, 0) AS identifier_hits,
+       coalesce(b.score, 0) AS score
+FROM bm25 b FULL OUTER JOIN exact e ON e.chunk_id = b.chunk_id
+ORDER BY identifier_hits DESC, score DESC, chunk_id
+LIMIT %(depth)s
+"""
+)
+
+# --- dense channel: pgvector cosine distance over the HNSW index --------------------
+# Ordered by distance alone so the HNSW index is usable; ties are broken by chunk id
+# after the fetch. The outer re-sort makes relaxed-order iterative scans exact.
+DENSE_INDEXED = sql.SQL(
+    """
+SELECT chunk_id, 1 - distance AS score FROM (
+    SELECT c.id AS chunk_id, c.embedding <=> %(embedding)s::vector AS distance
+    FROM chunks c
+    WHERE {filters}
+    ORDER BY c.embedding <=> %(embedding)s::vector
+    LIMIT %(depth)s
+) AS nearest
+ORDER BY distance, chunk_id
+"""
+)
+
+# When the allowed set is small (a document scope), an exact scan over just those
+# rows is both faster and complete; a graph index walk would mostly skip them.
+DENSE_EXACT = sql.SQL(
+    """
+WITH allowed AS MATERIALIZED (
+    SELECT c.id, c.embedding FROM chunks c WHERE {filters}
+)
+SELECT id AS chunk_id, 1 - (embedding <=> %(embedding)s::vector) AS score
+FROM allowed
+ORDER BY embedding <=> %(embedding)s::vector, id
+LIMIT %(depth)s
+"""
+)
+
+FETCH_CHUNKS = sql.SQL(
+    """
+SELECT c.id, c.document_id, c.source_id, c.tenant, c.ordinal, c.heading_path, c.body,
+       c.content, c.char_start, c.char_end, c.token_count, c.revision, c.source_uri,
+       c.parser_version, c.embedding_model, c.embedding_version, c.updated_at,
+       d.title, d.path
+FROM chunks c JOIN documents d ON d.id = c.document_id
+WHERE c.id = ANY(%(chunk_ids)s::text[]) AND {filters}
+"""
+)
+
+# --- ingestion ----------------------------------------------------------------------
+DOCUMENT_REVISION = """
+SELECT revision, embedding_model FROM documents WHERE id = %s
+"""
+
+# Remove a document's contribution to the BM25 statistics before its rows go.
+# Lexemes are updated in sorted order so concurrent ingests lock rows in one order.
+SUBTRACT_TERM_STATS = """
+UPDATE term_stats AS s SET df = s.df - d.n
+FROM (
+    SELECT p.lexeme, count(*) AS n
+    FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id
+    WHERE c.document_id = %(document_id)s
+    GROUP BY p.lexeme ORDER BY p.lexeme
+) AS d
+WHERE s.lexeme = d.lexeme
+"""
+
+SUBTRACT_CORPUS_STATS = """
+UPDATE corpus_stats SET
+    chunk_count = chunk_count - d.n,
+    total_length = total_length - d.len
+FROM (SELECT count(*) AS n, coalesce(sum(lexeme_count), 0) AS len
+      FROM chunks WHERE document_id = %(document_id)s) AS d
+WHERE id = 1
+"""
+
+DELETE_DOCUMENT = "DELETE FROM documents WHERE id = %(document_id)s"
+
+INSERT_DOCUMENT = """
+INSERT INTO documents (id, source_id, tenant, title, path, source_uri, revision,
+                       parser_version, acl, metadata, content, embedding_model,
+                       created_at, updated_at)
+VALUES (%(id)s, %(source_id)s, %(tenant)s, %(title)s, %(path)s, %(source_uri)s,
+        %(revision)s, %(parser_version)s, %(acl)s, %(metadata)s, %(content)s,
+        %(embedding_model)s, %(created_at)s, %(updated_at)s)
+"""
+
+COPY_CHUNKS = """
+COPY chunks (id, document_id, source_id, tenant, acl, ordinal, heading_path, body,
+             content, char_start, char_end, token_count, revision, source_uri,
+             parser_version, embedding_model, embedding_version, updated_at,
+             identifiers, embedding)
+FROM STDIN
+"""
+
+INSERT_POSTINGS = """
+INSERT INTO chunk_terms (lexeme, chunk_id, tf)
+SELECT t.lexeme, c.id, cardinality(t.positions)
+FROM chunks c, unnest(c.tsv_prose) AS t
+WHERE c.document_id = %(document_id)s
+"""
+
+SET_LEXEME_COUNTS = """
+UPDATE chunks c SET lexeme_count = d.len
+FROM (SELECT chunk_id, sum(tf) AS len FROM chunk_terms p
+      JOIN chunks c2 ON c2.id = p.chunk_id
+      WHERE c2.document_id = %(document_id)s GROUP BY chunk_id) AS d
+WHERE c.id = d.chunk_id
+"""
+
+ADD_TERM_STATS = """
+INSERT INTO term_stats (lexeme, df)
+SELECT p.lexeme, count(*)
+FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id
+WHERE c.document_id = %(document_id)s
+GROUP BY p.lexeme ORDER BY p.lexeme
+ON CONFLICT (lexeme) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+"""
+
+ADD_CORPUS_STATS = """
+UPDATE corpus_stats SET
+    chunk_count = chunk_count + d.n,
+    total_length = total_length + d.len
+FROM (SELECT count(*) AS n, coalesce(sum(lexeme_count), 0) AS len
+      FROM chunks WHERE document_id = %(document_id)s) AS d
+WHERE id = 1
+"""
+
+UPSERT_ENTITY = """
+INSERT INTO entities (id, tenant, name, type, lifecycle, canonical_id, description,
+                      home_document_id)
+VALUES (%(id)s, %(tenant)s, %(name)s, %(type)s, %(lifecycle)s, %(canonical_id)s,
+        %(description)s, %(home_document_id)s)
+ON CONFLICT (id) DO UPDATE SET
+    type = CASE WHEN EXCLUDED.type <> 'thing' THEN EXCLUDED.type ELSE entities.type END,
+    lifecycle = EXCLUDED.lifecycle,
+    canonical_id = coalesce(EXCLUDED.canonical_id, entities.canonical_id),
+    description = CASE WHEN EXCLUDED.description <> '' THEN EXCLUDED.description
+                       ELSE entities.description END,
+    home_document_id = coalesce(EXCLUDED.home_document_id, entities.home_document_id),
+    updated_at = now()
+RETURNING (xmax = 0) AS inserted
+"""
+
+INSERT_MENTION = """
+INSERT INTO mentions (entity_id, document_id, chunk_id, count, origin)
+VALUES (%(entity_id)s, %(document_id)s, %(chunk_id)s, %(count)s, %(origin)s)
+ON CONFLICT (entity_id, document_id, coalesce(chunk_id, ''), origin)
+DO UPDATE SET count = EXCLUDED.count
+"""
+
+INSERT_RELATION = """
+INSERT INTO relations (source_id, target_id, type, weight, document_id)
+VALUES (%(source_id)s, %(target_id)s, %(type)s, %(weight)s, %(document_id)s)
+ON CONFLICT (source_id, target_id, type, document_id) DO UPDATE SET weight = EXCLUDED.weight
+"""
+
+ENTITY_NAMES = """
+SELECT e.id, e.name FROM entities e
+WHERE e.tenant = %(tenant)s AND e.lifecycle <> 'deleted'
+ORDER BY e.id
+"""
+
+CHUNKS_FOR_LINKING = """
+SELECT c.id, c.document_id, c.content FROM chunks c
+WHERE c.tenant = %(tenant)s {scope}
+ORDER BY c.id
+"""
+
+DELETE_EXTRACTED_MENTIONS = """
+DELETE FROM mentions m USING documents d
+WHERE m.document_id = d.id AND m.origin = 'extracted' AND d.tenant = %(tenant)s {scope}
+"""

@@ -1,0 +1,567 @@
+"""The PostgreSQL store: migrations, atomic document writes, filtered channel queries.
+
+One :class:`Store` owns a connection pool. Access control is part of every channel's
+SQL (``WHERE`` on the chunk row), so unauthorised rows never reach a ranker.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from retrieval_pipeline.errors import (
+    DatabaseUnavailableError,
+    DimensionMismatchError,
+)
+from retrieval_pipeline.settings import database_url as env_database_url
+from retrieval_pipeline.settings import redact_url
+from retrieval_pipeline.tools.store import sql as q
+from retrieval_pipeline.tools.store.embedded import EmbeddedPostgres
+from retrieval_pipeline.tools.store.records import (
+    DocumentRecord,
+    entity_key,
+    normalise_entity_name,
+)
+
+logger = logging.getLogger(__name__)
+
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+# An advisory lock key so that concurrent processes migrate one at a time.
+_MIGRATION_LOCK = 7_310_421
+
+
+@dataclass(frozen=True)
+class Migration:
+    """A numbered SQL file."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations() -> list[Migration]:
+    """Return the packaged migrations in version order."""
+    folder = resources.files("retrieval_pipeline.tools.store") / "migrations"
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), entry.name, entry.read_text()))
+    return sorted(found, key=lambda m: m.version)
+
+
+@dataclass(frozen=True)
+class EmbeddingIndex:
+    """The embedding model and dimension an index was built with."""
+
+    model: str
+    dimension: int
+
+
+@dataclass(frozen=True)
+class AccessScope:
+    """Who is asking: applied inside the SQL of every channel."""
+
+    principals: tuple[str, ...] = ()
+    tenant: str = ""
+    doc_keys: tuple[str, ...] | None = None  # internal document ids; None = no scope
+
+    def filters(self) -> sql.Composable:
+        """Return the SQL ``WHERE`` fragment for this scope (values stay parameters)."""
+        parts = [q.TENANT_FILTER, q.ACL_FILTER]
+        if self.doc_keys is not None:
+            parts.append(q.SCOPE_FILTER)
+        return sql.SQL(" AND ").join(parts)
+
+    def params(self) -> dict[str, Any]:
+        """Return the parameters the filter fragment binds."""
+        return {
+            "tenant": self.tenant,
+            "principals": list(self.principals),
+            "doc_keys": list(self.doc_keys) if self.doc_keys is not None else None,
+        }
+
+
+class Store:
+    """PostgreSQL + pgvector storage for documents, chunks, postings and the graph."""
+
+    def __init__(self, conninfo: str, *, pool_size: int = 4, connect_timeout: float = 10) -> None:
+        self._conninfo = conninfo
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            timeout=connect_timeout,
+            check=ConnectionPool.check_connection,  # recover after a server restart
+            configure=self._configure,
+            open=False,
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise DatabaseUnavailableError(
+                f"cannot connect to PostgreSQL at {redact_url(conninfo)} within "
+                f"{connect_timeout:.0f}s. Is the server running? Check DATABASE_URL, or "
+                "unset it to use the embedded server (`retrieval-pipeline db start`)."
+            ) from exc
+        self._pgvector_version: tuple[int, ...] | None = None
+        self.migrate()
+
+    # --- lifecycle ----------------------------------------------------------------
+    @staticmethod
+    def _configure(conn: psycopg.Connection[Any]) -> None:
+        # Statements run in autocommit unless wrapped in ``conn.transaction()``.
+        # Vectors travel as text literals cast in SQL, so no type registration needed.
+        conn.autocommit = True
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a pooled connection; a dead server becomes a clear error."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise DatabaseUnavailableError(
+                f"no database connection available from {redact_url(self._conninfo)}: "
+                f"{exc}. Check that PostgreSQL is running."
+            ) from exc
+
+    def migrate(self) -> list[int]:
+        """Apply pending migrations in order; return the versions applied."""
+        applied: list[int] = []
+        with self.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
+            for migration in load_migrations():
+                if migration.version in done:
+                    continue
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    "INSERT INTO schema_version (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+                applied.append(migration.version)
+        if applied:
+            logger.info("applied migrations %s", applied)
+        return applied
+
+    def schema_versions(self) -> list[int]:
+        """Return the migration versions recorded in the database."""
+        with self.connection() as conn:
+            return [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY 1")]
+
+    def pgvector_version(self) -> tuple[int, ...]:
+        """Return the installed pgvector version, e.g. ``(0, 8, 0)``."""
+        if self._pgvector_version is None:
+            with self.connection() as conn:
+                row = conn.execute(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+                ).fetchone()
+            text = row[0] if row else "0"
+            self._pgvector_version = tuple(int(p) for p in re.findall(r"\d+", text))
+        return self._pgvector_version
+
+    # --- embedding index ----------------------------------------------------------
+    def embedding_index(self) -> EmbeddingIndex | None:
+        """Return the model and dimension this index was built with, if any."""
+        with self.connection() as conn:
+            rows = dict(
+                conn.execute(
+                    "SELECT key, value FROM index_settings"
+                    " WHERE key IN ('embedding_model', 'embedding_dimension')"
+                ).fetchall()
+            )
+        if "embedding_dimension" not in rows:
+            return None
+        return EmbeddingIndex(rows["embedding_model"], int(rows["embedding_dimension"]))
+
+    def ensure_embedding_index(self, model: str, dimension: int) -> EmbeddingIndex:
+        """Create the vector column and HNSW index on first use; refuse a mismatch."""
+        current = self.embedding_index()
+        if current is None:
+            with self.connection() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                if self._embedding_index_in(conn) is None:
+                    conn.execute(
+                        sql.SQL("ALTER TABLE chunks ADD COLUMN embedding vector({})").format(
+                            sql.Literal(int(dimension))
+                        )
+                    )
+                    # Cosine HNSW: all our embedders normalise, and the spec ranks by cosine.
+                    conn.execute(
+                        "CREATE INDEX chunks_embedding_hnsw ON chunks"
+                        " USING hnsw (embedding vector_cosine_ops)"
+                    )
+                    conn.execute(
+                        "INSERT INTO index_settings VALUES"
+                        " ('embedding_model', %s), ('embedding_dimension', %s)",
+                        (model, str(dimension)),
+                    )
+            current = self.embedding_index()
+            assert current is not None
+        self.check_embedding_compatible(current, model, dimension)
+        return current
+
+    @staticmethod
+    def _embedding_index_in(conn: psycopg.Connection[Any]) -> str | None:
+        row = conn.execute(
+            "SELECT value FROM index_settings WHERE key = 'embedding_dimension'"
+        ).fetchone()
+        return row[0] if row else None
+
+    @staticmethod
+    def check_embedding_compatible(index: EmbeddingIndex, model: str, dimension: int) -> None:
+        """Raise a clear error when an embedder cannot serve this index."""
+        if index.dimension != dimension:
+            raise DimensionMismatchError(
+                f"this index stores {index.dimension}-dimensional embeddings from "
+                f"'{index.model}', but the configured embedder '{model}' produces "
+                f"{dimension} dimensions. Use '{index.model}' "
+                "(RETRIEVAL_PIPELINE_EMBEDDINGS), or re-index: `retrieval-pipeline db "
+                "reset` (or a new RETRIEVAL_PIPELINE_HOME / database) and ingest again."
+            )
+        if index.model != model:
+            raise DimensionMismatchError(
+                f"this index was built with the embedding model '{index.model}', but the "
+                f"configured embedder is '{model}' (same {dimension} dimensions, different "
+                "vector space: its similarities would be meaningless). Use "
+                f"'{index.model}', or re-index with `retrieval-pipeline db reset` and "
+                "ingest again."
+            )
+
+    # --- documents ------------------------------------------------------------------
+    def document_revision(self, document_id: str) -> tuple[str, str] | None:
+        """Return (revision, embedding model) of a stored document, or None."""
+        with self.connection() as conn:
+            row = conn.execute(q.DOCUMENT_REVISION, (document_id,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def write_document(self, doc: DocumentRecord) -> None:
+        """Replace a document and everything derived from it in one transaction.
+
+        Readers see either the old revision or the new one, never a mixture; an
+        error anywhere rolls the whole document back.
+        """
+        with self.connection() as conn, conn.transaction():
+            self._delete_document(conn, doc.id)
+            self._insert_document(conn, doc)
+
+    def delete_document(self, document_id: str) -> bool:
+        """Delete a document, its chunks, postings and graph evidence."""
+        with self.connection() as conn, conn.transaction():
+            return self._delete_document(conn, document_id)
+
+    def _delete_document(self, conn: psycopg.Connection[Any], document_id: str) -> bool:
+        params = {"document_id": document_id}
+        conn.execute(q.SUBTRACT_TERM_STATS, params)
+        conn.execute(q.SUBTRACT_CORPUS_STATS, params)
+        return conn.execute(q.DELETE_DOCUMENT, params).rowcount > 0
+
+    def _insert_document(self, conn: psycopg.Connection[Any], doc: DocumentRecord) -> None:
+        conn.execute(
+            q.INSERT_DOCUMENT,
+            {
+                "id": doc.id,
+                "source_id": doc.source_id,
+                "tenant": doc.tenant,
+                "title": doc.title,
+                "path": doc.path,
+                "source_uri": doc.source_uri,
+                "revision": doc.revision,
+                "parser_version": doc.parser_version,
+                "acl": list(doc.acl),
+                "metadata": Jsonb(doc.metadata),
+                "content": doc.content,
+                "embedding_model": doc.embedding_model,
+                "created_at": doc.created_at,
+                "updated_at": doc.updated_at,
+            },
+        )
+        with conn.cursor().copy(q.COPY_CHUNKS) as copy:
+            for chunk in doc.chunks:
+                copy.write_row(
+                    (
+                        chunk.id,
+                        doc.id,
+                        doc.source_id,
+                        doc.tenant,
+                        list(doc.acl),
+                        chunk.ordinal,
+                        list(chunk.heading_path),
+                        chunk.body,
+                        chunk.content,
+                        chunk.char_start,
+                        chunk.char_end,
+                        chunk.token_count,
+                        doc.revision,
+                        doc.source_uri,
+                        doc.parser_version,
+                        doc.embedding_model,
+                        doc.embedding_version,
+                        doc.updated_at,
+                        list(chunk.identifiers),
+                        _vector_literal(chunk.embedding),
+                    )
+                )
+        params = {"document_id": doc.id}
+        conn.execute(q.INSERT_POSTINGS, params)
+        conn.execute(q.SET_LEXEME_COUNTS, params)
+        conn.execute(q.ADD_TERM_STATS, params)
+        conn.execute(q.ADD_CORPUS_STATS, params)
+        self._write_graph(conn, doc)
+
+    def _write_graph(self, conn: psycopg.Connection[Any], doc: DocumentRecord) -> None:
+        def upsert(name: str, **fields: Any) -> str:
+            key = entity_key(doc.tenant, name)
+            conn.execute(
+                q.UPSERT_ENTITY,
+                {
+                    "id": key,
+                    "tenant": doc.tenant,
+                    "name": name.strip(),
+                    "type": fields.get("type", "thing"),
+                    "lifecycle": fields.get("lifecycle", "served"),
+                    "canonical_id": fields.get("canonical_id"),
+                    "description": fields.get("description", ""),
+                    "home_document_id": fields.get("home_document_id"),
+                },
+            )
+            return key
+
+        def mention(entity_id: str, count: int, origin: str) -> None:
+            conn.execute(
+                q.INSERT_MENTION,
+                {
+                    "entity_id": entity_id,
+                    "document_id": doc.id,
+                    "chunk_id": None,
+                    "count": count,
+                    "origin": origin,
+                },
+            )
+
+        if doc.title_entity and doc.title.strip():
+            mention(upsert(doc.title, home_document_id=doc.id), 1, "title")
+        for entity in doc.entities:
+            canonical = upsert(
+                entity.name,
+                type=entity.type,
+                lifecycle=entity.lifecycle,
+                description=entity.description,
+            )
+            for alias in entity.aliases:
+                if normalise_entity_name(alias) != normalise_entity_name(entity.name):
+                    upsert(
+                        alias,
+                        type=entity.type,
+                        lifecycle=entity.lifecycle,
+                        canonical_id=canonical,
+                    )
+            mention(canonical, entity.count, "explicit")
+        for relation in doc.relations:
+            conn.execute(
+                q.INSERT_RELATION,
+                {
+                    "source_id": upsert(relation.source),
+                    "target_id": upsert(relation.target),
+                    "type": relation.type,
+                    "weight": relation.weight,
+                    "document_id": doc.id,
+                },
+            )
+
+    def document_ids_under(self, source_uri_prefix: str, tenant: str) -> list[tuple[str, str]]:
+        """Return (id, source_uri) of stored documents whose URI starts with a prefix."""
+        like = source_uri_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
+        with self.connection() as conn:
+            return [
+                (r[0], r[1])
+                for r in conn.execute(
+                    "SELECT id, source_uri FROM documents"
+                    " WHERE tenant = %s AND source_uri LIKE %s ORDER BY id",
+                    (tenant, like + "%"),
+                )
+            ]
+
+    def counts(self) -> dict[str, int]:
+        """Return row counts of the main tables (for status and tests)."""
+        tables = ("documents", "chunks", "entities", "mentions", "relations", "chunk_terms")
+        with self.connection() as conn:
+            return {
+                t: int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(t))).fetchone()[0])  # type: ignore[index]
+                for t in tables
+            }
+
+    # --- entity linking -------------------------------------------------------------
+    def link_entities(self, tenant: str, document_ids: Sequence[str] | None = None) -> int:
+        """Record 'extracted' mentions of known entity names and aliases in chunk text.
+
+        Deterministic: whole-word, case-insensitive matches of every non-deleted entity
+        name of the tenant. Returns the number of mentions written.
+        """
+        with self.connection() as conn:
+            names = conn.execute(q.ENTITY_NAMES, {"tenant": tenant}).fetchall()
+        matcher = _EntityMatcher([(row[0], row[1]) for row in names])
+        params: dict[str, Any] = {"tenant": tenant, "doc_keys": list(document_ids or [])}
+        scope = "AND c.document_id = ANY(%(doc_keys)s::text[])" if document_ids is not None else ""
+        delete_scope = (
+            "AND m.document_id = ANY(%(doc_keys)s::text[])" if document_ids is not None else ""
+        )
+        written = 0
+        with self.connection() as conn, conn.transaction():
+            conn.execute(q.DELETE_EXTRACTED_MENTIONS.format(scope=delete_scope).encode(), params)
+            if matcher.empty:
+                return 0
+            rows = conn.execute(q.CHUNKS_FOR_LINKING.format(scope=scope).encode(), params).fetchall()
+            batch = []
+            for chunk_id, document_id, content in rows:
+                for entity_id, count in matcher.find(content).items():
+                    batch.append(
+                        {
+                            "entity_id": entity_id,
+                            "document_id": document_id,
+                            "chunk_id": chunk_id,
+                            "count": count,
+                            "origin": "extracted",
+                        }
+                    )
+            if batch:
+                with conn.cursor() as cur:
+                    cur.executemany(q.INSERT_MENTION, batch)
+            written = len(batch)
+        return written
+
+    # --- channels -------------------------------------------------------------------
+    def search_lexical(
+        self,
+        query: str,
+        identifiers: Sequence[str],
+        scope: AccessScope,
+        *,
+        depth: int,
+        k1: float,
+        b: float,
+    ) -> list[tuple[str, float, int]]:
+        """BM25 over postings, OR semantics; returns (chunk id, score, identifier hits)."""
+        statement = q.LEXICAL_BM25.format(filters=scope.filters())
+        params = scope.params() | {
+            "query": query,
+            "identifiers": list(identifiers),
+            "depth": depth,
+            "k1": k1,
+            "b": b,
+        }
+        with self.connection() as conn:
+            rows = conn.execute(statement, params).fetchall()
+        return [(r[0], float(r[2]), int(r[1])) for r in rows]
+
+    def search_dense(
+        self,
+        embedding: Sequence[float],
+        scope: AccessScope,
+        *,
+        depth: int,
+        ef_search: int,
+    ) -> list[tuple[str, float]]:
+        """Cosine nearest neighbours that pass the scope's filters, full depth."""
+        params = scope.params() | {"embedding": _vector_literal(embedding), "depth": depth}
+        exact = scope.doc_keys is not None
+        template = q.DENSE_EXACT if exact else q.DENSE_INDEXED
+        statement = template.format(filters=scope.filters())
+        with self.connection() as conn, conn.transaction():
+            if not exact:
+                conn.execute(
+                    "SELECT set_config('hnsw.ef_search', %s, true)",
+                    (str(max(ef_search, depth)),),
+                )
+                if self.pgvector_version() >= (0, 8):
+                    # Keep walking the graph until `depth` rows pass the filters
+                    # (pgvector 0.8); older versions return short lists under filters.
+                    conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+            rows = conn.execute(statement, params).fetchall()
+        return [(r[0], float(r[1])) for r in rows]
+
+    def fetch_chunks(self, chunk_ids: Sequence[str], scope: AccessScope) -> dict[str, dict[str, Any]]:
+        """Return chunk rows with provenance by id (re-checking the scope's filters)."""
+        if not chunk_ids:
+            return {}
+        statement = q.FETCH_CHUNKS.format(filters=scope.filters())
+        params = scope.params() | {"chunk_ids": list(chunk_ids)}
+        with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(statement, params).fetchall()
+        return {row["id"]: row for row in rows}
+
+
+def _vector_literal(values: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(v)) for v in values) + "]"
+
+
+class _EntityMatcher:
+    """Whole-word, case-insensitive matcher over a set of entity names."""
+
+    def __init__(self, names: list[tuple[str, str]]) -> None:
+        self._by_name: dict[str, str] = {}
+        for entity_id, name in names:
+            norm = normalise_entity_name(name)
+            if len(norm) >= 3:  # two-letter names match too much prose to be evidence
+                self._by_name.setdefault(norm, entity_id)
+        ordered = sorted(self._by_name, key=lambda n: (-len(n), n))
+        self.empty = not ordered
+        pattern = "|".join(re.escape(n).replace(r"\ ", r"\s+") for n in ordered)
+        self._regex = re.compile(rf"(?<!\w)(?:{pattern})(?!\w)", re.IGNORECASE) if ordered else None
+
+    def find(self, text: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        if self._regex is None:
+            return found
+        for match in self._regex.finditer(text):
+            entity_id = self._by_name.get(normalise_entity_name(match.group(0)))
+            if entity_id is not None:
+                found[entity_id] = found.get(entity_id, 0) + 1
+        return found
+
+
+def open_store(
+    database_url: str | None = None,
+    *,
+    home: Path | None = None,
+    keep_running: bool = True,
+    pool_size: int = 4,
+) -> Store:
+    """Open the configured store: ``database_url`` / ``DATABASE_URL``, else embedded.
+
+    The embedded server starts on demand and, by default, keeps running for the next
+    process (``retrieval-pipeline db stop`` stops it).
+    """
+    url = database_url or env_database_url()
+    if url is None:
+        url = EmbeddedPostgres(home, keep_running=keep_running).start()
+    return Store(url, pool_size=pool_size)
