@@ -10,7 +10,9 @@ RRF_K = 60  # Cormack, Clarke & Buettcher, SIGIR 2009; ranks are 1-based.
 CANDIDATE_POOL = 40  # spec: "run it wide", a pool of ~40 chunks.
 DEFAULT_LIMIT = 8  # caller's answer budget when none is given (a typical top-k).
 MAX_LIMIT = 200  # bounds the work a single request can ask for.
-CHANNEL_DEPTH = 100  # per-channel depth before fusion; >= pool (issue: "at least the pool").
+CHANNEL_DEPTH = (
+    100  # per-channel depth before fusion; >= pool (issue: "at least the pool").
+)
 BM25_K1 = 0.9  # Anserini/Pyserini BEIR defaults (Lin et al., 2021): k1=0.9, b=0.4.
 BM25_B = 0.4
 MAX_QUERY_CHARS = 8_000  # longer input is a paste, not a question; rejected clearly.

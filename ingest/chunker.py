@@ -46,7 +46,7 @@ class _Block:
 
 
 def _blocks(text: str, start: int, structured: bool) -> Iterator[_Block]:
-    """Split ``text[start:]`` into blocks (paragraphs, lists, code) with heading paths."""
+    """Split ``text[start:]`` into blocks (paragraphs, lists, code) with headings."""
     headings: list[tuple[int, str]] = []
     pos = start
     block_start: int | None = None
@@ -122,7 +122,9 @@ def chunk_text(
 ) -> list[Chunk]:
     """Chunk ``text[start:]``; ``structured`` enables markdown headings, lists, code."""
     if max_tokens < 16 or not 0 <= overlap_tokens < max_tokens // 2:
-        raise ValueError("need max_tokens >= 16 and 0 <= overlap_tokens < max_tokens / 2")
+        raise ValueError(
+            "need max_tokens >= 16 and 0 <= overlap_tokens < max_tokens / 2"
+        )
     spans: list[tuple[int, int, tuple[str, ...]]] = []
     section: list[_Block] = []
 
@@ -139,44 +141,58 @@ def chunk_text(
     chunks = []
     for ordinal, (lo, hi, headings) in enumerate(spans):
         body = text[lo:hi]
-        full_path = base_headings + tuple(h for h in headings if h not in base_headings[-1:])
+        full_path = base_headings + tuple(
+            h for h in headings if h not in base_headings[-1:]
+        )
         chunks.append(Chunk(ordinal, full_path, lo, hi, body, counter.count(body)))
     return chunks
 
 
 def _pack(
-    text: str, blocks: list[_Block], counter: TokenCounter, max_tokens: int, overlap: int
+    text: str,
+    blocks: list[_Block],
+    counter: TokenCounter,
+    max_tokens: int,
+    overlap: int,
 ) -> Iterator[tuple[int, int, tuple[str, ...]]]:
     headings = blocks[0].headings
     current: tuple[int, int] | None = None
-    current_tokens = 0
     for block in blocks:
         tokens = counter.count(text[block.start : block.end])
         if tokens > max_tokens:
             if current is not None:
                 yield (*current, headings)
-                current, current_tokens = None, 0
-            for lo, hi in _split_long(text, block.start, block.end, counter, max_tokens, overlap):
+                current = None
+            for lo, hi in _split_long(
+                text, block.start, block.end, counter, max_tokens, overlap
+            ):
                 yield lo, hi, headings
             continue
         if current is None:
-            current, current_tokens = (block.start, block.end), tokens
+            current = (block.start, block.end)
             continue
-        merged = counter.count(text[current[0] : block.end])
-        if merged <= max_tokens:
-            current, current_tokens = (current[0], block.end), merged
+        if counter.count(text[current[0] : block.end]) <= max_tokens:
+            current = (current[0], block.end)
         else:
             yield (*current, headings)
-            current, current_tokens = (block.start, block.end), tokens
+            current = (block.start, block.end)
     if current is not None:
         yield (*current, headings)
 
 
 def _split_long(
-    text: str, start: int, end: int, counter: TokenCounter, max_tokens: int, overlap: int
+    text: str,
+    start: int,
+    end: int,
+    counter: TokenCounter,
+    max_tokens: int,
+    overlap: int,
 ) -> Iterator[tuple[int, int]]:
-    """Cut one oversized block into windows at whitespace, overlapping by ~``overlap``."""
-    words = [(m.start() + start, m.end() + start) for m in re.finditer(r"\S+", text[start:end])]
+    """Cut an oversized block into windows at whitespace, overlapping ~``overlap``."""
+    words = [
+        (m.start() + start, m.end() + start)
+        for m in re.finditer(r"\S+", text[start:end])
+    ]
     i = 0
     while i < len(words):
         # Grow the window by word until it would exceed the cap (binary search).
@@ -193,7 +209,10 @@ def _split_long(
             break
         # Step back so the next window repeats about `overlap` tokens of this one.
         k = j
-        while k > i + 1 and counter.count(text[words[k - 1][0] : words[j - 1][1]]) <= overlap:
+        while (
+            k > i + 1
+            and counter.count(text[words[k - 1][0] : words[j - 1][1]]) <= overlap
+        ):
             k -= 1
         i = max(k, i + 1) if overlap else j
 
@@ -213,8 +232,11 @@ def extract_identifiers(text: str, limit: int = 256) -> tuple[str, ...]:
         has_digit = any(c.isdigit() for c in token)
         has_alpha = any(c.isalpha() for c in token)
         camel = re.search(r"[a-z][A-Z]", token) is not None
-        if "_" in token or (has_digit and has_alpha) or camel or (
-            has_digit and re.search(r"\d[.\-]\d", token)
+        if (
+            "_" in token
+            or (has_digit and has_alpha)
+            or camel
+            or (has_digit and re.search(r"\d[.\-]\d", token))
         ):
             found.setdefault(token.lower(), None)
             if len(found) >= limit:

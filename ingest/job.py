@@ -86,7 +86,7 @@ class _Prepared:
 
 
 def revision_of(source: SourceDocument, embedding_model: str) -> str:
-    """Content revision: changes when the text or anything that shapes the index does."""
+    """Content revision: changes with the text or anything that shapes the index."""
     indexing = {
         "title": source.title,
         "path": source.path,
@@ -185,7 +185,9 @@ class Ingestor:
         summary.seconds = time.perf_counter() - started
         return summary
 
-    def _ingest_sources(self, sources: list[SourceDocument], summary: IngestSummary) -> None:
+    def _ingest_sources(
+        self, sources: list[SourceDocument], summary: IngestSummary
+    ) -> None:
         if not sources:
             return
         self.store.ensure_embedding_index(self.embedder.model, self.embedder.dimension)
@@ -195,8 +197,11 @@ class Ingestor:
             key = document_key(source.tenant, source.source_id)
             if key in seen:
                 summary.failures.append(
-                    (source.source_uri, f"duplicate document id '{source.source_id}' "
-                     f"(also in {seen[key]}); the first one was kept")
+                    (
+                        source.source_uri,
+                        f"duplicate document id '{source.source_id}' "
+                        f"(also in {seen[key]}); the first one was kept",
+                    )
                 )
                 continue
             seen[key] = source.source_uri
@@ -215,13 +220,17 @@ class Ingestor:
                     try:
                         self.store.write_document(record)
                     except (psycopg.DataError, psycopg.IntegrityError) as exc:
-                        summary.failures.append((record.source_uri, f"database rejected: {exc}"))
+                        summary.failures.append(
+                            (record.source_uri, f"database rejected: {exc}")
+                        )
                         continue
                     summary.documents += 1
                     summary.chunks += len(record.chunks)
                     written_ids.append(record.id)
                     tenants.add(record.tenant)
-                    graph_changed |= bool(record.entities or record.relations or record.title_entity)
+                    graph_changed |= bool(
+                        record.entities or record.relations or record.title_entity
+                    )
                     if self._on_written is not None:
                         self._on_written(record)
                 summary.write_seconds += time.perf_counter() - write_started
@@ -235,7 +244,9 @@ class Ingestor:
             summary.mentions_linked += self.store.link_entities(tenant, scope)
         summary.write_seconds += time.perf_counter() - link_started
 
-    def _prepare(self, batch: list[SourceDocument], summary: IngestSummary) -> list[_Prepared]:
+    def _prepare(
+        self, batch: list[SourceDocument], summary: IngestSummary
+    ) -> list[_Prepared]:
         prepared = []
         for source in batch:
             document_id = document_key(source.tenant, source.source_id)
@@ -246,19 +257,24 @@ class Ingestor:
                 continue
             chunks = chunk_document(source, self.counter)
             if not chunks:
-                summary.failures.append((source.source_uri, "no text to index (empty body)"))
+                summary.failures.append(
+                    (source.source_uri, "no text to index (empty body)")
+                )
                 continue
             prepared.append(_Prepared(source, document_id, revision, chunks))
         return prepared
 
-    def _embed(self, prepared: list[_Prepared], summary: IngestSummary) -> list[DocumentRecord]:
+    def _embed(
+        self, prepared: list[_Prepared], summary: IngestSummary
+    ) -> list[DocumentRecord]:
         texts = [chunk.indexed_text() for item in prepared for chunk in item.chunks]
         embed_started = time.perf_counter()
         vectors = self.embedder.embed_documents(texts)
         summary.embed_seconds += time.perf_counter() - embed_started
         if vectors and len(vectors[0]) != self.embedder.dimension:
             raise DimensionMismatchError(
-                f"the embedder '{self.embedder.model}' returned {len(vectors[0])}-dimensional "
+                f"the embedder '{self.embedder.model}' returned "
+                f"{len(vectors[0])}-dimensional "
                 f"vectors but declared {self.embedder.dimension}"
             )
         records = []
@@ -309,7 +325,9 @@ class Ingestor:
             )
         return records
 
-    def _prune(self, targets: list[Path], sources: list[SourceDocument], tenant: str) -> int:
+    def _prune(
+        self, targets: list[Path], sources: list[SourceDocument], tenant: str
+    ) -> int:
         """Delete stored documents under the given directories that no longer exist."""
         present = {document_key(s.tenant, s.source_id) for s in sources}
         removed = 0
@@ -319,7 +337,9 @@ class Ingestor:
             for document_id, _uri in self.store.document_ids_under(
                 target.resolve().as_uri() + "/", tenant
             ):
-                if document_id not in present and self.store.delete_document(document_id):
+                if document_id not in present and self.store.delete_document(
+                    document_id
+                ):
                     removed += 1
         return removed
 
@@ -337,4 +357,5 @@ def _progress_bar(total: int, enabled: bool) -> _NoBar:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="doc", desc="ingest")  # type: ignore[return-value]
+    bar: _NoBar = tqdm(total=total, unit="doc", desc="ingest")
+    return bar

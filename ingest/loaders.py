@@ -29,14 +29,36 @@ from retrieval_pipeline.errors import IngestError
 from retrieval_pipeline.tools.store.records import LIFECYCLES, EntitySpec, RelationSpec
 
 PARSER_VERSION = "rp-parse/1"
-TEXT_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text",
-                 ".html": "html", ".htm": "html", ".jsonl": "jsonl"}
+TEXT_SUFFIXES = {
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".txt": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".jsonl": "jsonl",
+}
 SIDECAR_SUFFIXES = (".meta.json", ".meta.yaml", ".meta.yml")
 MAX_FILE_BYTES = 50 * 1024 * 1024  # larger single files are almost surely not prose
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-_KNOWN_KEYS = {"id", "_id", "title", "path", "tenant", "principals", "acl", "created_at",
-               "created", "updated_at", "updated", "entities", "relations", "title_entity",
-               "text"}
+_FRONT_MATTER = re.compile(
+    r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL
+)
+_KNOWN_KEYS = {
+    "id",
+    "_id",
+    "title",
+    "path",
+    "tenant",
+    "principals",
+    "acl",
+    "created_at",
+    "created",
+    "updated_at",
+    "updated",
+    "entities",
+    "relations",
+    "title_entity",
+    "text",
+}
 
 
 @dataclass(frozen=True)
@@ -76,7 +98,11 @@ def discover(paths: list[Path]) -> Iterator[Path]:
     for path in paths:
         if not path.exists():
             raise IngestError(str(path), "no such file or directory")
-        candidates = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        candidates = (
+            sorted(p for p in path.rglob("*") if p.is_file())
+            if path.is_dir()
+            else [path]
+        )
         for candidate in candidates:
             name = candidate.name.lower()
             if name.endswith(SIDECAR_SUFFIXES) or name.startswith("."):
@@ -90,8 +116,11 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     """Load one file into documents; raise :class:`IngestError` with the reason."""
     kind = TEXT_SUFFIXES.get(path.suffix.lower())
     if kind is None:
-        raise IngestError(str(path), f"unsupported file type '{path.suffix}'; "
-                          f"supported: {', '.join(sorted(TEXT_SUFFIXES))}")
+        raise IngestError(
+            str(path),
+            f"unsupported file type '{path.suffix}'; "
+            f"supported: {', '.join(sorted(TEXT_SUFFIXES))}",
+        )
     text = _read_text(path)
     sidecar = _read_sidecar(path)
     if kind == "jsonl":
@@ -102,20 +131,26 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
         front, body_start = _front_matter(path, text)
     if kind == "html":
         text, html_title = html_to_markdown(text)
-        sidecar.setdefault("title", html_title) if html_title else None
-    meta = _merge(defaults, sidecar, front)
+        if html_title:
+            sidecar.setdefault("title", html_title)
+    meta = _merge(sidecar, front)
     rel = _relative(path, defaults.root)
     title = str(meta.pop("title", "") or _first_heading(text[body_start:]) or path.stem)
     source_id = str(meta.pop("id", "") or rel)
-    return [_document(path, source_id, title, rel, text, body_start, kind, meta, defaults)]
+    return [
+        _document(path, source_id, title, rel, text, body_start, kind, meta, defaults)
+    ]
 
 
 def _read_text(path: Path) -> str:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise IngestError(str(path), f"file is {size:,} bytes; the limit is "
-                              f"{MAX_FILE_BYTES:,}. Split it into smaller documents.")
+            raise IngestError(
+                str(path),
+                f"file is {size:,} bytes; the limit is "
+                f"{MAX_FILE_BYTES:,}. Split it into smaller documents.",
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise IngestError(str(path), f"cannot read: {exc.strerror or exc}") from exc
@@ -124,8 +159,10 @@ def _read_text(path: Path) -> str:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise IngestError(str(path), f"not valid UTF-8 text (byte {exc.start}); "
-                          "convert it to UTF-8 first") from exc
+        raise IngestError(
+            str(path),
+            f"not valid UTF-8 text (byte {exc.start}); convert it to UTF-8 first",
+        ) from exc
     # One newline convention so offsets mean the same thing on every platform.
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -138,11 +175,21 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
         try:
             raw = sidecar.read_text(encoding="utf-8")
             data = json.loads(raw) if suffix == ".meta.json" else yaml.safe_load(raw)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise IngestError(str(path), f"bad metadata sidecar {sidecar.name}: {exc}") from exc
+        except (
+            OSError,
+            UnicodeDecodeError,
+            json.JSONDecodeError,
+            yaml.YAMLError,
+        ) as exc:
+            raise IngestError(
+                str(path), f"bad metadata sidecar {sidecar.name}: {exc}"
+            ) from exc
         if not isinstance(data, dict):
-            raise IngestError(str(path), f"metadata sidecar {sidecar.name} must hold an "
-                              "object of keys, not " + type(data).__name__)
+            raise IngestError(
+                str(path),
+                f"metadata sidecar {sidecar.name} must hold an "
+                "object of keys, not " + type(data).__name__,
+            )
         return data
     return {}
 
@@ -160,7 +207,7 @@ def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], int]:
     return data, match.end()
 
 
-def _merge(defaults: LoadDefaults, *layers: dict[str, Any]) -> dict[str, Any]:
+def _merge(*layers: dict[str, Any]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for layer in layers:
         merged.update(layer)
@@ -182,8 +229,9 @@ def _first_heading(text: str) -> str:
     return match.group(1).strip() if match else ""
 
 
-def _load_jsonl(path: Path, text: str, sidecar: dict[str, Any],
-                defaults: LoadDefaults) -> Iterator[SourceDocument]:
+def _load_jsonl(
+    path: Path, text: str, sidecar: dict[str, Any], defaults: LoadDefaults
+) -> Iterator[SourceDocument]:
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
@@ -198,18 +246,39 @@ def _load_jsonl(path: Path, text: str, sidecar: dict[str, Any],
         body = record.get("text")
         if source_id in (None, "") or not isinstance(body, str):
             raise IngestError(where, "a BEIR record needs '_id' and a string 'text'")
-        extra = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
-        meta = _merge(defaults, sidecar, extra)
+        raw_extra = record.get("metadata")
+        extra: dict[str, Any] = raw_extra if isinstance(raw_extra, dict) else {}
+        meta = _merge(sidecar, extra)
         meta.pop("id", None)
         title = str(record.get("title") or meta.pop("title", "") or "")
         meta.pop("title", None)
-        yield _document(path, str(source_id), title, f"{_relative(path, defaults.root)}#{source_id}",
-                        body, 0, "jsonl", meta, defaults, where=where)
+        yield _document(
+            path,
+            str(source_id),
+            title,
+            f"{_relative(path, defaults.root)}#{source_id}",
+            body,
+            0,
+            "jsonl",
+            meta,
+            defaults,
+            where=where,
+        )
 
 
-def _document(path: Path, source_id: str, title: str, rel: str, content: str,
-              body_start: int, kind: str, meta: dict[str, Any], defaults: LoadDefaults,
-              *, where: str | None = None) -> SourceDocument:
+def _document(
+    path: Path,
+    source_id: str,
+    title: str,
+    rel: str,
+    content: str,
+    body_start: int,
+    kind: str,
+    meta: dict[str, Any],
+    defaults: LoadDefaults,
+    *,
+    where: str | None = None,
+) -> SourceDocument:
     where = where or str(path)
     principals = meta.pop("principals", meta.pop("acl", None))
     tenant = meta.pop("tenant", None)
@@ -230,12 +299,14 @@ def _document(path: Path, source_id: str, title: str, rel: str, content: str,
         source_id=source_id,
         title=title.strip(),
         path=logical_path,
-        source_uri=path.resolve().as_uri() + ("#" + source_id if kind == "jsonl" else ""),
+        source_uri=path.resolve().as_uri()
+        + ("#" + source_id if kind == "jsonl" else ""),
         content=content,
         body_start=body_start,
         kind=kind,
         tenant=str(tenant) if tenant not in (None, "") else defaults.tenant,
-        principals=_principals(where, principals) if principals is not None
+        principals=_principals(where, principals)
+        if principals is not None
         else defaults.principals,
         created_at=created,
         updated_at=updated,
@@ -278,22 +349,39 @@ def _entities(where: str, value: Any) -> tuple[EntitySpec, ...]:
     for item in value:
         if isinstance(item, str):
             item = {"name": item}
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
-                or not item["name"].strip():
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("name"), str)
+            or not item["name"].strip()
+        ):
             raise IngestError(where, f"entity {item!r} needs a non-empty 'name'")
-        lifecycle = str(item.get("lifecycle", "served"))
-        if lifecycle not in LIFECYCLES:
-            raise IngestError(where, f"entity '{item['name']}' has lifecycle '{lifecycle}'; "
-                              f"valid: {', '.join(LIFECYCLES)}")
+        lifecycle = item.get("lifecycle")
+        if lifecycle is not None and lifecycle not in LIFECYCLES:
+            raise IngestError(
+                where,
+                f"entity '{item['name']}' has lifecycle '{lifecycle}'; "
+                f"valid: {', '.join(LIFECYCLES)}",
+            )
         aliases = item.get("aliases", [])
-        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-            raise IngestError(where, f"entity '{item['name']}': 'aliases' must be strings")
+        if not isinstance(aliases, list) or not all(
+            isinstance(a, str) for a in aliases
+        ):
+            raise IngestError(
+                where, f"entity '{item['name']}': 'aliases' must be strings"
+            )
         count = item.get("count", 1)
         if not isinstance(count, int) or count < 1:
             raise IngestError(where, f"entity '{item['name']}': 'count' must be >= 1")
-        specs.append(EntitySpec(name=item["name"].strip(), type=str(item.get("type", "thing")),
-                                lifecycle=lifecycle, aliases=tuple(aliases),
-                                description=str(item.get("description", "")), count=count))
+        specs.append(
+            EntitySpec(
+                name=item["name"].strip(),
+                type=str(item["type"]) if item.get("type") else None,
+                lifecycle=lifecycle,
+                aliases=tuple(aliases),
+                description=str(item.get("description", "")),
+                count=count,
+            )
+        )
     return tuple(specs)
 
 
@@ -305,26 +393,51 @@ def _relations(where: str, value: Any) -> tuple[RelationSpec, ...]:
     specs = []
     for item in value:
         if not isinstance(item, dict) or not all(
-            isinstance(item.get(k), str) and item[k].strip() for k in ("source", "target")
+            isinstance(item.get(k), str) and item[k].strip()
+            for k in ("source", "target")
         ):
-            raise IngestError(where, f"relation {item!r} needs 'source' and 'target' names")
+            raise IngestError(
+                where, f"relation {item!r} needs 'source' and 'target' names"
+            )
         try:
             weight = float(item.get("weight", 1.0))
         except (TypeError, ValueError) as exc:
-            raise IngestError(where, f"relation weight {item.get('weight')!r} is not a number") \
-                from exc
+            raise IngestError(
+                where, f"relation weight {item.get('weight')!r} is not a number"
+            ) from exc
         if not weight > 0:
             raise IngestError(where, "relation weight must be positive")
-        specs.append(RelationSpec(source=item["source"].strip(), target=item["target"].strip(),
-                                  type=str(item.get("type", "related_to")), weight=weight))
+        specs.append(
+            RelationSpec(
+                source=item["source"].strip(),
+                target=item["target"].strip(),
+                type=str(item.get("type", "related_to")),
+                weight=weight,
+            )
+        )
     return tuple(specs)
 
 
 class _HTMLToMarkdown(HTMLParser):
     """Keep text and heading structure; drop scripts, styles and markup."""
 
-    _BLOCK = {"p", "div", "li", "tr", "section", "article", "br", "pre", "blockquote",
-              "ul", "ol", "table", "header", "footer", "main"}
+    _BLOCK = {
+        "p",
+        "div",
+        "li",
+        "tr",
+        "section",
+        "article",
+        "br",
+        "pre",
+        "blockquote",
+        "ul",
+        "ol",
+        "table",
+        "header",
+        "footer",
+        "main",
+    }
     _SKIP = {"script", "style", "noscript", "template", "head"}
 
     def __init__(self) -> None:

@@ -1,1 +1,1 @@
-"""Pipeline stages, one module each: each node is thin and calls one adapter in tools."""
+"""Pipeline stages, one module each; a node is thin and calls one adapter."""

@@ -16,8 +16,17 @@ from retrieval_pipeline.errors import (
 )
 from retrieval_pipeline.ingest.job import Ingestor, IngestSummary
 from retrieval_pipeline.tools.embeddings import Embedder, resolve_embedder
-from retrieval_pipeline.tools.retrieve import Retriever, reciprocal_rank_fusion, retrieve
-from retrieval_pipeline.tools.store import AccessScope, EmbeddedPostgres, Store, open_store
+from retrieval_pipeline.tools.retrieve import (
+    Retriever,
+    reciprocal_rank_fusion,
+    retrieve,
+)
+from retrieval_pipeline.tools.store import (
+    AccessScope,
+    EmbeddedPostgres,
+    Store,
+    open_store,
+)
 from retrieval_pipeline.tools.store.records import RetrievedChunk
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 
 from retrieval_pipeline.errors import DatabaseUnavailableError, RetrievalPipelineError
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT
-from retrieval_pipeline.settings import database_url, home_dir, redact_url
+from retrieval_pipeline.settings import database_url, redact_url
 
 EXIT_USAGE = 2
 EXIT_DATABASE = 3
@@ -43,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="retrieval-pipeline",
         description="Hybrid PostgreSQL retrieval with provenance.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log progress details"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     ingest = sub.add_parser("ingest", help="ingest markdown, text, HTML or BEIR JSONL")
@@ -59,21 +61,36 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="delete stored documents under the given directories that no longer exist",
     )
-    ingest.add_argument("--embeddings", default=None, help="embedder: local (default), "
-                        "openai[:model], voyage[:model], cohere[:model]")
+    ingest.add_argument(
+        "--embeddings",
+        default=None,
+        help="embedder: local (default), "
+        "openai[:model], voyage[:model], cohere[:model]",
+    )
     ingest.add_argument("--json", action="store_true", help="print the summary as JSON")
-    ingest.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    ingest.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar"
+    )
 
     query = sub.add_parser("query", help="retrieve ranked chunks for a question")
     query.add_argument("question")
-    query.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="chunks to return")
+    query.add_argument(
+        "--limit", type=int, default=DEFAULT_LIMIT, help="chunks to return"
+    )
     _add_access(query, "caller holds")
     query.add_argument(
-        "--doc-id", action="append", dest="doc_ids", default=None,
+        "--doc-id",
+        action="append",
+        dest="doc_ids",
+        default=None,
         help="restrict to this document id (repeatable)",
     )
-    query.add_argument("--embeddings", default=None, help="embedder (must match the index)")
-    query.add_argument("--json", action="store_true", help="print the machine-readable form")
+    query.add_argument(
+        "--embeddings", default=None, help="embedder (must match the index)"
+    )
+    query.add_argument(
+        "--json", action="store_true", help="print the machine-readable form"
+    )
 
     delete = sub.add_parser("delete", help="delete documents by their source id")
     delete.add_argument("doc_ids", nargs="+")
@@ -81,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = sub.add_parser("db", help="manage the embedded PostgreSQL server")
     db.add_argument("action", choices=["start", "stop", "status", "reset"])
-    db.add_argument("--yes", action="store_true", help="confirm `reset` (deletes all data)")
+    db.add_argument(
+        "--yes", action="store_true", help="confirm `reset` (deletes all data)"
+    )
     return parser
 
 
@@ -97,7 +116,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     embedder = resolve_embedder(args.embeddings)
     with open_store() as store:
-        ingestor = Ingestor(store, embedder, progress=not (args.no_progress or args.json))
+        ingestor = Ingestor(
+            store, embedder, progress=not (args.no_progress or args.json)
+        )
         summary = ingestor.ingest_paths(
             args.paths,
             tenant=args.tenant or "",
@@ -139,11 +160,13 @@ def _cmd_query(args: argparse.Namespace) -> int:
         _print_json({"chunks": [c.to_dict() for c in chunks]})
         return 0
     if not chunks:
-        print("no matching chunks (check --principals/--tenant, or ingest documents first)")
+        print("no matching chunks (check --principals/--tenant, or ingest documents)")
     for rank, chunk in enumerate(chunks, start=1):
         ranks = ", ".join(f"{c} #{r}" for c, r in chunk.ranks.items())
         heading = " > ".join(chunk.heading_path) or chunk.title
-        print(f"{rank}. [{chunk.score:.4f}] {chunk.document_id} :: {heading}  ({ranks})")
+        print(
+            f"{rank}. [{chunk.score:.4f}] {chunk.document_id} :: {heading}  ({ranks})"
+        )
         print(f"   {chunk.source_uri}  chars {chunk.char_start}-{chunk.char_end}")
         snippet = " ".join(chunk.body.split())
         print(f"   {snippet[:240]}{'...' if len(snippet) > 240 else ''}")
@@ -167,7 +190,8 @@ def _cmd_db(args: argparse.Namespace) -> int:
     url = database_url()
     if url is not None and args.action != "status":
         raise RetrievalPipelineError(
-            f"DATABASE_URL is set ({redact_url(url)}); `db {args.action}` manages only the "
+            f"DATABASE_URL is set ({redact_url(url)}); `db {args.action}` manages "
+            "only the "
             "embedded server. Unset DATABASE_URL to use it."
         )
     server = EmbeddedPostgres()
@@ -175,8 +199,11 @@ def _cmd_db(args: argparse.Namespace) -> int:
         case "start":
             with open_store() as store:  # starts the server and applies migrations
                 counts = store.counts()
-            print(f"embedded PostgreSQL running (data: {server.pgdata}); {counts['documents']} "
-                  "documents")
+            print(
+                f"embedded PostgreSQL running (data: {server.pgdata}); "
+                f"{counts['documents']} "
+                "documents"
+            )
         case "stop":
             print("stopped" if server.stop() else "not running")
         case "status":
@@ -207,7 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    handlers = {"ingest": _cmd_ingest, "query": _cmd_query, "delete": _cmd_delete, "db": _cmd_db}
+    handlers = {
+        "ingest": _cmd_ingest,
+        "query": _cmd_query,
+        "delete": _cmd_delete,
+        "db": _cmd_db,
+    }
     try:
         return handlers[args.command](args)
     except DatabaseUnavailableError as exc:

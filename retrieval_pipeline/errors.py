@@ -21,7 +21,7 @@ class DatabaseUnavailableError(RetrievalPipelineError):
 
 
 class DimensionMismatchError(RetrievalPipelineError):
-    """The embedder's dimension or model differs from the one the index was built with."""
+    """The embedder's dimension or model differs from the index's."""
 
 
 class InvalidQueryError(RetrievalPipelineError, ValueError):

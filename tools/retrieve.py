@@ -36,7 +36,9 @@ CHANNELS = ("lexical", "dense")
 def clean_query(question: object) -> str:
     """Validate and normalise a query; raise :class:`InvalidQueryError` with the fix."""
     if not isinstance(question, str):
-        raise InvalidQueryError(f"the question must be a string, not {type(question).__name__}")
+        raise InvalidQueryError(
+            f"the question must be a string, not {type(question).__name__}"
+        )
     # PostgreSQL text cannot hold NUL, and lone surrogates cannot be encoded as UTF-8.
     text = question.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
     text = text.strip()
@@ -44,7 +46,8 @@ def clean_query(question: object) -> str:
         raise InvalidQueryError("the question is empty; ask something in words")
     if len(text) > MAX_QUERY_CHARS:
         raise InvalidQueryError(
-            f"the question is {len(text):,} characters; the limit is {MAX_QUERY_CHARS:,}. "
+            f"the question is {len(text):,} characters; the limit is "
+            f"{MAX_QUERY_CHARS:,}. "
             "Shorten it to the information need, or retrieve per passage."
         )
     return text
@@ -52,8 +55,14 @@ def clean_query(question: object) -> str:
 
 def check_limit(limit: object) -> int:
     """Validate an answer budget (number of chunks)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidQueryError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_LIMIT
+    ):
+        raise InvalidQueryError(
+            f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}"
+        )
     return limit
 
 
@@ -108,7 +117,9 @@ class Retriever:
             raise ValueError("rrf_k and depth must be positive")
         unknown = set(weights or {}) - set(CHANNELS)
         if unknown:
-            raise ValueError(f"unknown channel weights {sorted(unknown)}; valid: {CHANNELS}")
+            raise ValueError(
+                f"unknown channel weights {sorted(unknown)}; valid: {CHANNELS}"
+            )
         self.store = store
         self.embedder = embedder
         self.rrf_k = rrf_k
@@ -127,7 +138,11 @@ class Retriever:
     ) -> AccessScope:
         """Build the access scope; ``doc_ids`` are the sources' own ids."""
         tenant_key = tenant or ""
-        keys = None if doc_ids is None else tuple(document_key(tenant_key, d) for d in doc_ids)
+        keys = (
+            None
+            if doc_ids is None
+            else tuple(document_key(tenant_key, d) for d in doc_ids)
+        )
         return AccessScope(
             principals=tuple(sorted({p for p in principals if p})),
             tenant=tenant_key,
@@ -139,7 +154,9 @@ class Retriever:
             index = self.store.embedding_index()
             if index is None:
                 return False  # nothing ingested yet
-            self.store.check_embedding_compatible(index, self.embedder.model, self.embedder.dimension)
+            self.store.check_embedding_compatible(
+                index, self.embedder.model, self.embedder.dimension
+            )
             self._index_checked = True
         return True
 
@@ -165,7 +182,9 @@ class Retriever:
         vector = self.embedder.embed_query(query)
         trace.embed_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
-        dense = self.store.search_dense(vector, scope, depth=depth, ef_search=HNSW_EF_SEARCH)
+        dense = self.store.search_dense(
+            vector, scope, depth=depth, ef_search=HNSW_EF_SEARCH
+        )
         trace.dense_ms = (time.perf_counter() - started) * 1000
         trace.lexical_candidates, trace.dense_candidates = len(lexical), len(dense)
         return {
@@ -189,15 +208,21 @@ class Retriever:
         limit = check_limit(limit)
         trace = trace if trace is not None else RetrievalTrace()
         scope = self.scope(principals=principals, tenant=tenant, doc_ids=doc_ids)
-        ranked = self.channels(query, scope, depth=max(depth or self.depth, limit), trace=trace)
+        ranked = self.channels(
+            query, scope, depth=max(depth or self.depth, limit), trace=trace
+        )
         fused = reciprocal_rank_fusion(
-            {c: [i for i, _ in ranked[c]] for c in CHANNELS}, k=self.rrf_k, weights=self.weights
+            {c: [i for i, _ in ranked[c]] for c in CHANNELS},
+            k=self.rrf_k,
+            weights=self.weights,
         )[:limit]
         trace.fused_candidates = len(fused)
         started = time.perf_counter()
         rows = self.store.fetch_chunks([chunk_id for chunk_id, _ in fused], scope)
         trace.fetch_ms = (time.perf_counter() - started) * 1000
-        ranks = {c: {i: r for r, (i, _) in enumerate(ranked[c], start=1)} for c in CHANNELS}
+        ranks = {
+            c: {i: r for r, (i, _) in enumerate(ranked[c], start=1)} for c in CHANNELS
+        }
         scores = {c: dict(ranked[c]) for c in CHANNELS}
         results = []
         for chunk_id, score in fused:
@@ -222,9 +247,13 @@ class Retriever:
                     embedding_version=row["embedding_version"],
                     updated_at=row["updated_at"],
                     score=score,
-                    ranks={c: ranks[c][chunk_id] for c in CHANNELS if chunk_id in ranks[c]},
+                    ranks={
+                        c: ranks[c][chunk_id] for c in CHANNELS if chunk_id in ranks[c]
+                    },
                     channel_scores={
-                        c: scores[c][chunk_id] for c in CHANNELS if chunk_id in scores[c]
+                        c: scores[c][chunk_id]
+                        for c in CHANNELS
+                        if chunk_id in scores[c]
                     },
                 )
             )
@@ -253,7 +282,7 @@ def retrieve(
     tenant: str | None = None,
     retriever: Retriever | None = None,
 ) -> list[RetrievedChunk]:
-    """Hybrid retrieve with the configured store and embedder (see :class:`Retriever`)."""
+    """Hybrid retrieve with the configured store and embedder (:class:`Retriever`)."""
     return (retriever or default_retriever()).retrieve(
         question, limit=limit, doc_ids=doc_ids, principals=principals, tenant=tenant
     )

@@ -30,7 +30,10 @@ _BLOB_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoke
 class TokenCounter(Protocol):
     """Counts tokens in text; ``method`` names how (for the debug block)."""
 
-    method: str
+    @property
+    def method(self) -> str:
+        """How tokens are counted, e.g. ``tiktoken:cl100k_base`` or ``chars/4``."""
+        ...
 
     def count(self, text: str) -> int:
         """Return the number of tokens in ``text``."""
@@ -68,7 +71,9 @@ def _rank_file_candidates(name: str) -> list[Path]:
         candidates.append(Path(configured) / f"{name}.tiktoken")
     # A development checkout sits beside ../shared/data/tiktoken.
     repo_root = Path(__file__).resolve().parents[1]
-    candidates.append(repo_root.parent / "shared" / "data" / "tiktoken" / f"{name}.tiktoken")
+    candidates.append(
+        repo_root.parent / "shared" / "data" / "tiktoken" / f"{name}.tiktoken"
+    )
     return candidates
 
 
@@ -101,6 +106,8 @@ def default_token_counter() -> TokenCounter:
     try:
         encoding = tiktoken.get_encoding(ENCODING_NAME)
     except (OSError, ValueError) as exc:  # corrupt or unverifiable rank file
-        logger.warning("tiktoken could not load %s (%s); using chars/4", ENCODING_NAME, exc)
+        logger.warning(
+            "tiktoken could not load %s (%s); using chars/4", ENCODING_NAME, exc
+        )
         return CharEstimateCounter()
     return TiktokenCounter(encoding)

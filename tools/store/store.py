@@ -97,8 +97,21 @@ class AccessScope:
 class Store:
     """PostgreSQL + pgvector storage for documents, chunks, postings and the graph."""
 
-    def __init__(self, conninfo: str, *, pool_size: int = 4, connect_timeout: float = 10) -> None:
+    def __init__(
+        self, conninfo: str, *, pool_size: int = 4, connect_timeout: float = 10
+    ) -> None:
         self._conninfo = conninfo
+        # One direct attempt first: a wrong URL or a stopped server fails at once with
+        # the driver's reason, instead of pool retries until a timeout.
+        try:
+            psycopg.connect(conninfo, connect_timeout=max(1, int(connect_timeout))).close()
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise DatabaseUnavailableError(
+                f"cannot connect to PostgreSQL at {redact_url(conninfo)}: {reason}. "
+                "Check that the server is running and DATABASE_URL is right, or unset "
+                "DATABASE_URL to use the embedded server."
+            ) from None
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
@@ -114,7 +127,8 @@ class Store:
             self._pool.close()
             raise DatabaseUnavailableError(
                 f"cannot connect to PostgreSQL at {redact_url(conninfo)} within "
-                f"{connect_timeout:.0f}s. Is the server running? Check DATABASE_URL, or "
+                f"{connect_timeout:.0f}s. Is the server running? Check DATABASE_URL, "
+                "or "
                 "unset it to use the embedded server (`retrieval-pipeline db start`)."
             ) from exc
         self._pgvector_version: tuple[int, ...] | None = None
@@ -159,7 +173,9 @@ class Store:
                 " version integer PRIMARY KEY, name text NOT NULL,"
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            done = {row[0] for row in conn.execute("SELECT version FROM schema_version")}
+            done = {
+                row[0] for row in conn.execute("SELECT version FROM schema_version")
+            }
             for migration in load_migrations():
                 if migration.version in done:
                     continue
@@ -176,7 +192,10 @@ class Store:
     def schema_versions(self) -> list[int]:
         """Return the migration versions recorded in the database."""
         with self.connection() as conn:
-            return [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY 1")]
+            return [
+                r[0]
+                for r in conn.execute("SELECT version FROM schema_version ORDER BY 1")
+            ]
 
     def pgvector_version(self) -> tuple[int, ...]:
         """Return the installed pgvector version, e.g. ``(0, 8, 0)``."""
@@ -211,11 +230,11 @@ class Store:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
                 if self._embedding_index_in(conn) is None:
                     conn.execute(
-                        sql.SQL("ALTER TABLE chunks ADD COLUMN embedding vector({})").format(
-                            sql.Literal(int(dimension))
-                        )
+                        sql.SQL(
+                            "ALTER TABLE chunks ADD COLUMN embedding vector({})"
+                        ).format(sql.Literal(int(dimension)))
                     )
-                    # Cosine HNSW: all our embedders normalise, and the spec ranks by cosine.
+                    # Cosine HNSW: our embedders normalise; the spec ranks by cosine.
                     conn.execute(
                         "CREATE INDEX chunks_embedding_hnsw ON chunks"
                         " USING hnsw (embedding vector_cosine_ops)"
@@ -238,7 +257,9 @@ class Store:
         return row[0] if row else None
 
     @staticmethod
-    def check_embedding_compatible(index: EmbeddingIndex, model: str, dimension: int) -> None:
+    def check_embedding_compatible(
+        index: EmbeddingIndex, model: str, dimension: int
+    ) -> None:
         """Raise a clear error when an embedder cannot serve this index."""
         if index.dimension != dimension:
             raise DimensionMismatchError(
@@ -250,8 +271,9 @@ class Store:
             )
         if index.model != model:
             raise DimensionMismatchError(
-                f"this index was built with the embedding model '{index.model}', but the "
-                f"configured embedder is '{model}' (same {dimension} dimensions, different "
+                f"this index was built with the embedding model '{index.model}', but "
+                f"the configured embedder is '{model}' (same {dimension} dimensions, "
+                "different "
                 "vector space: its similarities would be meaningless). Use "
                 f"'{index.model}', or re-index with `retrieval-pipeline db reset` and "
                 "ingest again."
@@ -285,7 +307,9 @@ class Store:
         conn.execute(q.SUBTRACT_CORPUS_STATS, params)
         return conn.execute(q.DELETE_DOCUMENT, params).rowcount > 0
 
-    def _insert_document(self, conn: psycopg.Connection[Any], doc: DocumentRecord) -> None:
+    def _insert_document(
+        self, conn: psycopg.Connection[Any], doc: DocumentRecord
+    ) -> None:
         conn.execute(
             q.INSERT_DOCUMENT,
             {
@@ -347,8 +371,8 @@ class Store:
                     "id": key,
                     "tenant": doc.tenant,
                     "name": name.strip(),
-                    "type": fields.get("type", "thing"),
-                    "lifecycle": fields.get("lifecycle", "served"),
+                    "type": fields.get("type"),
+                    "lifecycle": fields.get("lifecycle"),
                     "canonical_id": fields.get("canonical_id"),
                     "description": fields.get("description", ""),
                     "home_document_id": fields.get("home_document_id"),
@@ -398,9 +422,15 @@ class Store:
                 },
             )
 
-    def document_ids_under(self, source_uri_prefix: str, tenant: str) -> list[tuple[str, str]]:
-        """Return (id, source_uri) of stored documents whose URI starts with a prefix."""
-        like = source_uri_prefix.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
+    def document_ids_under(
+        self, source_uri_prefix: str, tenant: str
+    ) -> list[tuple[str, str]]:
+        """Return (id, source_uri) of stored documents under a URI prefix."""
+        like = (
+            source_uri_prefix.replace("\\", "\\\\")
+            .replace("%", r"\%")
+            .replace("_", r"\_")
+        )
         with self.connection() as conn:
             return [
                 (r[0], r[1])
@@ -413,15 +443,28 @@ class Store:
 
     def counts(self) -> dict[str, int]:
         """Return row counts of the main tables (for status and tests)."""
-        tables = ("documents", "chunks", "entities", "mentions", "relations", "chunk_terms")
+        tables = (
+            "documents",
+            "chunks",
+            "entities",
+            "mentions",
+            "relations",
+            "chunk_terms",
+        )
+        counts: dict[str, int] = {}
         with self.connection() as conn:
-            return {
-                t: int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(t))).fetchone()[0])  # type: ignore[index]
-                for t in tables
-            }
+            for table in tables:
+                statement = sql.SQL("SELECT count(*) FROM {}").format(
+                    sql.Identifier(table)
+                )
+                row = conn.execute(statement).fetchone()
+                counts[table] = int(row[0]) if row else 0
+        return counts
 
     # --- entity linking -------------------------------------------------------------
-    def link_entities(self, tenant: str, document_ids: Sequence[str] | None = None) -> int:
+    def link_entities(
+        self, tenant: str, document_ids: Sequence[str] | None = None
+    ) -> int:
         """Record 'extracted' mentions of known entity names and aliases in chunk text.
 
         Deterministic: whole-word, case-insensitive matches of every non-deleted entity
@@ -430,17 +473,30 @@ class Store:
         with self.connection() as conn:
             names = conn.execute(q.ENTITY_NAMES, {"tenant": tenant}).fetchall()
         matcher = _EntityMatcher([(row[0], row[1]) for row in names])
-        params: dict[str, Any] = {"tenant": tenant, "doc_keys": list(document_ids or [])}
-        scope = "AND c.document_id = ANY(%(doc_keys)s::text[])" if document_ids is not None else ""
+        params: dict[str, Any] = {
+            "tenant": tenant,
+            "doc_keys": list(document_ids or []),
+        }
+        scope = (
+            "AND c.document_id = ANY(%(doc_keys)s::text[])"
+            if document_ids is not None
+            else ""
+        )
         delete_scope = (
-            "AND m.document_id = ANY(%(doc_keys)s::text[])" if document_ids is not None else ""
+            "AND m.document_id = ANY(%(doc_keys)s::text[])"
+            if document_ids is not None
+            else ""
         )
         written = 0
         with self.connection() as conn, conn.transaction():
-            conn.execute(q.DELETE_EXTRACTED_MENTIONS.format(scope=delete_scope).encode(), params)
+            conn.execute(
+                q.DELETE_EXTRACTED_MENTIONS.format(scope=delete_scope).encode(), params
+            )
             if matcher.empty:
                 return 0
-            rows = conn.execute(q.CHUNKS_FOR_LINKING.format(scope=scope).encode(), params).fetchall()
+            rows = conn.execute(
+                q.CHUNKS_FOR_LINKING.format(scope=scope).encode(), params
+            ).fetchall()
             batch = []
             for chunk_id, document_id, content in rows:
                 for entity_id, count in matcher.find(content).items():
@@ -470,7 +526,7 @@ class Store:
         k1: float,
         b: float,
     ) -> list[tuple[str, float, int]]:
-        """BM25 over postings, OR semantics; returns (chunk id, score, identifier hits)."""
+        """BM25 over postings, OR semantics: (chunk id, score, identifier hits)."""
         statement = q.LEXICAL_BM25.format(filters=scope.filters())
         params = scope.params() | {
             "query": query,
@@ -492,7 +548,10 @@ class Store:
         ef_search: int,
     ) -> list[tuple[str, float]]:
         """Cosine nearest neighbours that pass the scope's filters, full depth."""
-        params = scope.params() | {"embedding": _vector_literal(embedding), "depth": depth}
+        params = scope.params() | {
+            "embedding": _vector_literal(embedding),
+            "depth": depth,
+        }
         exact = scope.doc_keys is not None
         template = q.DENSE_EXACT if exact else q.DENSE_INDEXED
         statement = template.format(filters=scope.filters())
@@ -505,11 +564,16 @@ class Store:
                 if self.pgvector_version() >= (0, 8):
                     # Keep walking the graph until `depth` rows pass the filters
                     # (pgvector 0.8); older versions return short lists under filters.
-                    conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+                    conn.execute(
+                        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', "
+                        "true)"
+                    )
             rows = conn.execute(statement, params).fetchall()
         return [(r[0], float(r[1])) for r in rows]
 
-    def fetch_chunks(self, chunk_ids: Sequence[str], scope: AccessScope) -> dict[str, dict[str, Any]]:
+    def fetch_chunks(
+        self, chunk_ids: Sequence[str], scope: AccessScope
+    ) -> dict[str, dict[str, Any]]:
         """Return chunk rows with provenance by id (re-checking the scope's filters)."""
         if not chunk_ids:
             return {}
@@ -536,7 +600,11 @@ class _EntityMatcher:
         ordered = sorted(self._by_name, key=lambda n: (-len(n), n))
         self.empty = not ordered
         pattern = "|".join(re.escape(n).replace(r"\ ", r"\s+") for n in ordered)
-        self._regex = re.compile(rf"(?<!\w)(?:{pattern})(?!\w)", re.IGNORECASE) if ordered else None
+        self._regex = (
+            re.compile(rf"(?<!\w)(?:{pattern})(?!\w)", re.IGNORECASE)
+            if ordered
+            else None
+        )
 
     def find(self, text: str) -> dict[str, int]:
         found: dict[str, int] = {}
