@@ -214,6 +214,9 @@ class Ingestor:
             for offset in range(0, len(unique), DOCUMENT_BATCH):
                 batch = unique[offset : offset + DOCUMENT_BATCH]
                 prepared = self._prepare(batch, summary)
+                if not prepared:  # every document unchanged: nothing to embed
+                    bar.update(len(batch))
+                    continue
                 records = self._embed(prepared, summary)
                 write_started = time.perf_counter()
                 for record in records:
@@ -240,7 +243,7 @@ class Ingestor:
         link_started = time.perf_counter()
         for tenant in sorted(tenants):
             # New entity names can appear in documents written earlier: relink them all.
-            scope = None if graph_changed else [d for d in written_ids]
+            scope = None if graph_changed else list(written_ids)
             summary.mentions_linked += self.store.link_entities(tenant, scope)
         summary.write_seconds += time.perf_counter() - link_started
 

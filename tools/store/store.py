@@ -104,7 +104,9 @@ class Store:
         # One direct attempt first: a wrong URL or a stopped server fails at once with
         # the driver's reason, instead of pool retries until a timeout.
         try:
-            psycopg.connect(conninfo, connect_timeout=max(1, int(connect_timeout))).close()
+            psycopg.connect(
+                conninfo, connect_timeout=max(1, int(connect_timeout))
+            ).close()
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             raise DatabaseUnavailableError(
@@ -554,7 +556,30 @@ class Store:
         }
         exact = scope.doc_keys is not None
         template = q.DENSE_EXACT if exact else q.DENSE_INDEXED
-        statement = template.format(filters=scope.filters())
+        rows = self._dense(
+            template.format(filters=scope.filters()), params, exact, depth, ef_search
+        )
+        if len(rows) < depth and not exact:
+            # A filtered graph walk can stop short (pgvector < 0.8, or the iterative
+            # scan hit hnsw.max_scan_tuples): finish with an exact scan of the allowed
+            # rows, which is cheap precisely when the allowed set is small.
+            rows = self._dense(
+                q.DENSE_EXACT.format(filters=scope.filters()),
+                params,
+                True,
+                depth,
+                ef_search,
+            )
+        return [(r[0], float(r[1])) for r in rows]
+
+    def _dense(
+        self,
+        statement: sql.Composed,
+        params: dict[str, Any],
+        exact: bool,
+        depth: int,
+        ef_search: int,
+    ) -> list[tuple[Any, ...]]:
         with self.connection() as conn, conn.transaction():
             if not exact:
                 conn.execute(
@@ -568,8 +593,7 @@ class Store:
                         "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', "
                         "true)"
                     )
-            rows = conn.execute(statement, params).fetchall()
-        return [(r[0], float(r[1])) for r in rows]
+            return conn.execute(statement, params).fetchall()
 
     def fetch_chunks(
         self, chunk_ids: Sequence[str], scope: AccessScope

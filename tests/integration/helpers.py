@@ -1,0 +1,42 @@
+"""Helpers shared by integration tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def assert_stats_consistent(store: Any) -> None:
+    """The BM25 statistics maintained at ingest equal a recount from scratch."""
+    with store.connection() as conn:
+        drift = conn.execute(
+            """
+            SELECT count(*) FROM (
+                SELECT lexeme, count(*) AS df FROM chunk_terms GROUP BY lexeme
+            ) AS actual FULL OUTER JOIN (SELECT * FROM term_stats WHERE df > 0) AS kept
+            USING (lexeme)
+            WHERE actual.df IS DISTINCT FROM kept.df
+            """
+        ).fetchone()[0]
+        assert drift == 0, f"{drift} lexemes have a wrong document frequency"
+        kept = conn.execute(
+            "SELECT chunk_count, total_length FROM corpus_stats"
+        ).fetchone()
+        actual = conn.execute(
+            "SELECT count(*), coalesce(sum(lexeme_count), 0) FROM chunks"
+        ).fetchone()
+        assert tuple(kept) == tuple(actual)
+        bad_lengths = conn.execute(
+            """
+            SELECT count(*) FROM chunks c
+            WHERE c.lexeme_count <> coalesce(
+                (SELECT sum(tf) FROM chunk_terms p WHERE p.chunk_id = c.id), 0)
+            """
+        ).fetchone()[0]
+        assert bad_lengths == 0

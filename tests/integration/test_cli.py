@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from retrieval_pipeline.cli import EXIT_DATABASE, EXIT_USAGE, main
+from retrieval_pipeline.tools.store import Store
+
+
+@pytest.fixture()
+def ingested(
+    store: Store, sample_corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> Store:
+    assert main(["ingest", str(sample_corpus), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "ingested 18 documents" in out and "failed 0" in out
+    return store
+
+
+class TestCli:
+    def test_query_prints_ranked_chunks_with_sources(
+        self, ingested: Store, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        assert main(["query", "ERR_CONN_RESET v2.3.1", "--limit", "3"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("1. [")
+        assert "runbooks/err-conn-reset" in out and "file://" in out
+
+    def test_query_json_is_the_machine_form(
+        self, ingested: Store, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        assert (
+            main(["query", "who leads the identity team", "--json", "--limit", "2"])
+            == 0
+        )
+        payload = json.loads(capsys.readouterr().out)
+        assert len(payload["chunks"]) == 2
+        first = payload["chunks"][0]
+        assert first["document_id"] == "teams/identity-team"
+        assert {"chunk_id", "source_uri", "revision", "char_start", "ranks"} <= set(
+            first
+        )
+
+    def test_principals_unlock_restricted_documents(
+        self, ingested: Store, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        question = "refunds posted twice idempotency check skipped"
+        main(["query", question, "--json", "--limit", "20"])
+        public = {
+            c["document_id"] for c in json.loads(capsys.readouterr().out)["chunks"]
+        }
+        main(["query", question, "--json", "--limit", "20", "--principals", "finance"])
+        finance = {
+            c["document_id"] for c in json.loads(capsys.readouterr().out)["chunks"]
+        }
+        assert "incidents/inc-2041" not in public
+        assert "incidents/inc-2041" in finance
+
+    def test_user_mistakes_are_one_line_errors_without_tracebacks(
+        self, store: Store, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        assert main(["query", "   "]) == EXIT_USAGE
+        assert main(["query", "ok", "--limit", "0"]) == EXIT_USAGE
+        assert main(["db", "reset"]) == EXIT_USAGE  # refuses without --yes
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert "empty" in err and "limit" in err and "--yes" in err
+
+    def test_ingest_reports_failures_per_file_and_exits_non_zero_when_all_fail(
+        self, store: Store, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        (tmp_path / "bad.md").write_bytes(b"\x00\x01")
+        assert main(["ingest", str(tmp_path), "--json"]) == 1
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["failed"] == 1 and "binary" in summary["failures"][0]["reason"]
+
+    def test_missing_path_is_reported(
+        self, store: Store, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        assert main(["ingest", str(tmp_path / "nope"), "--no-progress"]) == 1
+        assert "no such file" in capsys.readouterr().err
+
+    def test_delete_removes_a_document(
+        self, ingested: Store, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        assert main(["delete", "teams/platform-team", "missing-id"]) == 0
+        out = capsys.readouterr().out
+        assert "deleted: teams/platform-team" in out and "not found: missing-id" in out
+        assert ingested.counts()["documents"] == 17
+
+    def test_db_status_reports_the_running_server(
+        self, store: Store, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        assert main(["db", "status"]) == 0
+        assert "running" in capsys.readouterr().out
+
+    def test_unreachable_external_database_exits_with_the_database_code(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        monkeypatch.setenv("DATABASE_URL", "postgresql://u:pw123@127.0.0.1:1/x")
+        assert main(["query", "hello"]) == EXIT_DATABASE
+        err = capsys.readouterr().err
+        assert "pw123" not in err and "cannot connect" in err

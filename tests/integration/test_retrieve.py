@@ -1,0 +1,312 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from retrieval_pipeline.errors import InvalidQueryError
+from retrieval_pipeline.ingest.job import Ingestor
+from retrieval_pipeline.tools.retrieve import Retriever
+from retrieval_pipeline.tools.store import Store
+
+from helpers import write_jsonl
+
+SECRET = "The quarterly zephyrine budget for Project Nightjar is 4.2M EUR."
+
+
+@pytest.fixture()
+def acl_corpus(ingestor: Ingestor, tmp_path: Path) -> Path:
+    """The same secret sentence in documents with different owners and tenants."""
+    write_jsonl(
+        tmp_path / "public.jsonl",
+        [
+            {
+                "_id": "public",
+                "title": "Public note",
+                "text": "Project Nightjar is public.",
+            }
+        ],
+    )
+    write_jsonl(
+        tmp_path / "finance.jsonl",
+        [
+            {
+                "_id": "finance",
+                "title": "Finance",
+                "text": SECRET,
+                "metadata": {"principals": ["finance"]},
+            }
+        ],
+    )
+    write_jsonl(
+        tmp_path / "acme.jsonl",
+        [
+            {
+                "_id": "acme",
+                "title": "Acme",
+                "text": SECRET,
+                "metadata": {"tenant": "acme"},
+            }
+        ],
+    )
+    write_jsonl(
+        tmp_path / "acme-hr.jsonl",
+        [
+            {
+                "_id": "acme-hr",
+                "title": "Acme HR",
+                "text": SECRET,
+                "metadata": {"tenant": "acme", "principals": ["hr"]},
+            }
+        ],
+    )
+    summary = ingestor.ingest_paths([tmp_path])
+    assert summary.documents == 4
+    return tmp_path
+
+
+def _visible(retriever: Retriever, **access: object) -> set[str]:
+    chunks = retriever.retrieve("zephyrine budget Nightjar", limit=20, **access)  # type: ignore[arg-type]
+    return {c.document_id for c in chunks}
+
+
+class TestAccessControl:
+    def test_a_caller_without_principals_sees_public_documents_only(
+        self, retriever: Retriever, acl_corpus: Path
+    ) -> None:
+        assert _visible(retriever) == {"public"}
+
+    def test_a_principal_unlocks_its_documents(
+        self, retriever: Retriever, acl_corpus: Path
+    ) -> None:
+        assert _visible(retriever, principals=["finance"]) == {"public", "finance"}
+        assert _visible(retriever, principals=["hr", "nobody"]) == {"public"}
+
+    def test_a_tenant_caller_never_sees_another_tenants_documents(
+        self, retriever: Retriever, acl_corpus: Path
+    ) -> None:
+        assert _visible(retriever, tenant="acme") == {"acme"}
+        assert _visible(retriever, tenant="acme", principals=["hr"]) == {
+            "acme",
+            "acme-hr",
+        }
+        assert (
+            _visible(retriever, tenant="globex", principals=["finance", "hr"]) == set()
+        )
+
+    def test_both_channels_filter_before_ranking(
+        self, retriever: Retriever, acl_corpus: Path
+    ) -> None:
+        scope = retriever.scope(principals=[], tenant=None)
+        channels = retriever.channels("zephyrine budget Nightjar", scope, depth=50)
+        rows = retriever.store.fetch_chunks(
+            [i for c in channels.values() for i, _ in c], retriever.scope(tenant=None)
+        )
+        assert {r["source_id"] for r in rows.values()} <= {"public"}
+        assert all(len(ranked) <= 1 for ranked in channels.values())
+
+    def test_document_scope_restricts_results(
+        self, retriever: Retriever, acl_corpus: Path
+    ) -> None:
+        assert _visible(retriever, principals=["finance"], doc_ids=["finance"]) == {
+            "finance"
+        }
+        # A scope never widens access.
+        assert _visible(retriever, doc_ids=["finance"]) == set()
+
+
+class TestLexicalChannel:
+    def test_exact_identifiers_rank_first(
+        self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus])
+        for query, token in [
+            ("ERR_CONN_RESET", "ERR_CONN_RESET"),
+            ("what changed in v2.3.2", "v2.3.2"),
+            ("scorePayment", "scorePayment"),
+            ("SESSION_POOL_SIZE", "SESSION_POOL_SIZE"),
+        ]:
+            scope = retriever.scope()
+            lexical = retriever.channels(query, scope)["lexical"]
+            top = retriever.store.fetch_chunks([lexical[0][0]], scope)[lexical[0][0]]
+            assert token in top["content"], query
+
+    def test_a_missing_word_never_empties_the_result(
+        self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus])
+        lexical = retriever.channels(
+            "how do we rotate merchant keys xylophonequux", retriever.scope()
+        )["lexical"]
+        assert lexical  # OR semantics, not websearch_to_tsquery's AND
+
+    def test_bm25_scores_match_a_reference_computation(
+        self, ingestor: Ingestor, retriever: Retriever, store: Store, tmp_path: Path
+    ) -> None:
+        texts = {
+            "1": "cats chase mice and cats sleep",
+            "2": "dogs chase cats in the garden every morning",
+            "3": "mice eat cheese",
+            "4": "a long text about gardens, flowers, trees and the garden shed",
+        }
+        write_jsonl(
+            tmp_path / "c.jsonl", [{"_id": k, "text": v} for k, v in texts.items()]
+        )
+        ingestor.ingest_paths([tmp_path])
+        query = "cats chasing mice"
+        with store.connection() as conn:
+            terms = {
+                cid: dict(
+                    conn.execute(
+                        "SELECT lexeme, tf FROM chunk_terms WHERE chunk_id = %s", (cid,)
+                    ).fetchall()
+                )
+                for (cid,) in conn.execute("SELECT id FROM chunks").fetchall()
+            }
+            q_terms = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT lexeme FROM unnest(to_tsvector('english', %s))", (query,)
+                )
+            ]
+        n = len(terms)
+        avgdl = sum(sum(t.values()) for t in terms.values()) / n
+        k1, b = retriever.k1, retriever.b
+        expected = {}
+        for cid, tf in terms.items():
+            score = 0.0
+            for term in q_terms:
+                df = sum(1 for t in terms.values() if term in t)
+                if term in tf:
+                    idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                    dl = sum(tf.values())
+                    score += (
+                        idf
+                        * tf[term]
+                        * (k1 + 1)
+                        / (tf[term] + k1 * (1 - b + b * dl / avgdl))
+                    )
+            if score:
+                expected[cid] = score
+        got = {
+            cid: s for cid, s in retriever.channels(query, retriever.scope())["lexical"]
+        }
+        assert got.keys() == expected.keys()
+        for cid, score in expected.items():
+            assert got[cid] == pytest.approx(score, rel=1e-9)
+
+
+class TestDenseChannel:
+    @pytest.fixture()
+    def one_percent_corpus(self, ingestor: Ingestor, tmp_path: Path) -> list[str]:
+        """1,000 chunks; a 'rare' caller may see 10 of them (1 %)."""
+        records = [
+            {
+                "_id": str(i),
+                "text": f"Note {i} about topic {i % 37} and item {i * 7 % 101}.",
+                "metadata": {"principals": ["rare" if i % 100 == 0 else "staff"]},
+            }
+            for i in range(1000)
+        ]
+        write_jsonl(tmp_path / "c.jsonl", records)
+        ingestor.ingest_paths([tmp_path])
+        return [str(i) for i in range(0, 1000, 100)]
+
+    @pytest.mark.parametrize(
+        "pgvector", [None, (0, 7, 0)], ids=["installed", "pre-0.8"]
+    )
+    def test_a_filtered_query_with_a_one_percent_allowed_set_returns_full_depth(
+        self,
+        retriever: Retriever,
+        one_percent_corpus: list[str],
+        monkeypatch: pytest.MonkeyPatch,
+        pgvector: tuple[int, ...] | None,
+    ) -> None:
+        if pgvector is not None:  # no iterative scans: the exact fallback must fill in
+            monkeypatch.setattr(Store, "pgvector_version", lambda self: pgvector)
+        scope = retriever.scope(principals=["rare"])
+        dense = retriever.channels("a note about a topic", scope, depth=10)["dense"]
+        assert len(dense) == 10
+        rows = retriever.store.fetch_chunks([i for i, _ in dense], scope)
+        assert sorted(r["source_id"] for r in rows.values()) == sorted(
+            one_percent_corpus
+        )
+
+    def test_a_document_scope_uses_an_exact_scan_of_the_scope(
+        self, retriever: Retriever, one_percent_corpus: list[str]
+    ) -> None:
+        scope = retriever.scope(principals=["rare"], doc_ids=one_percent_corpus[:5])
+        vector = retriever.embedder.embed_query("note")
+        dense = retriever.store.search_dense(vector, scope, depth=20, ef_search=40)
+        assert len(dense) == 5
+        distances = [score for _, score in dense]
+        assert distances == sorted(distances, reverse=True)
+
+
+class TestRetrieve:
+    def test_the_demo_question_finds_the_runbook_first(
+        self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus])
+        chunks = retriever.retrieve(
+            "Who owns the service that failed with ERR_CONN_RESET in v2.3.1?", limit=5
+        )
+        assert len(chunks) == 5
+        assert chunks[0].document_id == "runbooks/err-conn-reset"
+        assert chunks[0].ranks == {"lexical": 1, "dense": 1}
+        assert chunks[0].score == pytest.approx(2 / 61)
+        scores = [c.score for c in chunks]
+        assert scores == sorted(scores, reverse=True)
+
+    def test_results_carry_provenance_and_are_deterministic(
+        self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus])
+        first = [
+            c.to_dict()
+            for c in retriever.retrieve(
+                "scaling a consumer up to the partitions", limit=8
+            )
+        ]
+        second = [
+            c.to_dict()
+            for c in retriever.retrieve(
+                "scaling a consumer up to the partitions", limit=8
+            )
+        ]
+        assert first == second
+        top = first[0]
+        assert top["document_id"] == "runbooks/kafka-consumer-lag"
+        assert top["source_uri"].startswith("file://") and top["revision"].startswith(
+            "sha256:"
+        )
+        assert top["char_end"] > top["char_start"] and top["heading_path"]
+
+    def test_an_empty_index_returns_nothing(self, retriever: Retriever) -> None:
+        assert retriever.retrieve("anything at all") == []
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "'; DROP TABLE chunks; --",
+            "a & b | !c <-> d",
+            '"unterminated',
+            "😀 مرحبا",
+            "x:*",
+        ],
+    )
+    def test_hostile_queries_return_results_not_errors(
+        self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path, query: str
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus / "teams"])
+        assert isinstance(retriever.retrieve(query), list)
+        assert retriever.store.counts()["chunks"] > 0
+
+    def test_bad_limits_and_empty_queries_are_user_errors(
+        self, retriever: Retriever
+    ) -> None:
+        with pytest.raises(InvalidQueryError):
+            retriever.retrieve("   ")
+        with pytest.raises(InvalidQueryError):
+            retriever.retrieve("ok", limit=0)
