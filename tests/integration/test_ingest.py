@@ -4,18 +4,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import assert_stats_consistent, write_jsonl
 
 from retrieval_pipeline.ingest.job import Ingestor
 from retrieval_pipeline.tools.store import Store
 from retrieval_pipeline.tools.store.records import document_key, entity_key
 
-from helpers import assert_stats_consistent, write_jsonl
-
 
 def _chunks_of(store: Store, source_id: str, tenant: str = "") -> list[tuple]:  # type: ignore[type-arg]
     with store.connection() as conn:
         return conn.execute(
-            "SELECT id, body, revision FROM chunks WHERE document_id = %s ORDER BY ordinal",
+            "SELECT id, body, revision FROM chunks WHERE document_id = %s"
+            " ORDER BY ordinal",
             (document_key(tenant, source_id),),
         ).fetchall()
 
@@ -261,7 +261,8 @@ class TestEntities:
                 (entity_key("", "Charles Babbage"),),
             ).fetchone()[0]
             mentioned_in = conn.execute(
-                "SELECT DISTINCT c.source_id FROM mentions m JOIN chunks c ON c.id = m.chunk_id"
+                "SELECT DISTINCT c.source_id FROM mentions m"
+                " JOIN chunks c ON c.id = m.chunk_id"
                 " WHERE m.entity_id = %s AND m.origin = 'extracted' ORDER BY 1",
                 (entity_key("", "Charles Babbage"),),
             ).fetchall()

@@ -4,13 +4,12 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import write_jsonl
 
 from retrieval_pipeline.errors import InvalidQueryError
 from retrieval_pipeline.ingest.job import Ingestor
 from retrieval_pipeline.tools.retrieve import Retriever
 from retrieval_pipeline.tools.store import Store
-
-from helpers import write_jsonl
 
 SECRET = "The quarterly zephyrine budget for Project Nightjar is 4.2M EUR."
 

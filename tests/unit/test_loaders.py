@@ -129,7 +129,8 @@ class TestJsonl:
         path = write(
             tmp_path / "corpus.jsonl",
             '{"_id": "1", "title": "T1", "text": "one"}\n\n'
-            '{"_id": "2", "title": "", "text": "two", "metadata": {"principals": ["p"]}}\n',
+            '{"_id": "2", "title": "", "text": "two",'
+            ' "metadata": {"principals": ["p"]}}\n',
         )
         docs = load_file(path, DEFAULTS)
         assert [d.source_id for d in docs] == ["1", "2"]
