@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psycopg
 
@@ -347,6 +348,12 @@ class Ingestor:
         return removed
 
 
+class _Progress(Protocol):
+    def update(self, n: int) -> object: ...
+
+    def close(self) -> None: ...
+
+
 class _NoBar:
     def update(self, n: int) -> None:
         return None
@@ -355,10 +362,10 @@ class _NoBar:
         return None
 
 
-def _progress_bar(total: int, enabled: bool) -> _NoBar:
+def _progress_bar(total: int, enabled: bool) -> _Progress:
     if not enabled:
         return _NoBar()
     from tqdm import tqdm
 
-    bar: _NoBar = tqdm(total=total, unit="doc", desc="ingest")
+    bar: _Progress = tqdm(total=total, unit="doc", desc="ingest")
     return bar

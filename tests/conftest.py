@@ -54,10 +54,9 @@ def store(session_store):  # type: ignore[no-untyped-def]
     """The session's store, emptied before each test."""
     with session_store.connection() as conn:
         conn.execute(
-            "TRUNCATE documents, chunks, chunk_terms, term_stats, entities, mentions,"
-            " relations CASCADE"
+            "TRUNCATE documents, chunks, chunk_terms, term_stats, corpus_stats,"
+            " entities, mentions, relations CASCADE"
         )
-        conn.execute("UPDATE corpus_stats SET chunk_count = 0, total_length = 0")
     return session_store
 
 

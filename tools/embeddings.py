@@ -95,7 +95,8 @@ def local_minilm() -> Embedder:
     try:
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # a per-load bar is noise in a CLI
+        # A per-load progress bar is noise in a CLI.
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     except ImportError:  # pragma: no cover - transformers comes with the extra
         pass
     embeddings = HuggingFaceEmbeddings(

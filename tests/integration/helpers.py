@@ -18,9 +18,10 @@ def assert_stats_consistent(store: Any) -> None:
         drift = conn.execute(
             """
             SELECT count(*) FROM (
-                SELECT lexeme, count(*) AS df FROM chunk_terms GROUP BY lexeme
+                SELECT tenant, lexeme, count(*) AS df FROM chunk_terms
+                GROUP BY tenant, lexeme
             ) AS actual FULL OUTER JOIN (SELECT * FROM term_stats WHERE df > 0) AS kept
-            USING (lexeme)
+            USING (tenant, lexeme)
             WHERE actual.df IS DISTINCT FROM kept.df
             """
         ).fetchone()[0]

@@ -195,6 +195,21 @@ class TestLexicalChannel:
         for cid, score in expected.items():
             assert got[cid] == pytest.approx(score, rel=1e-9)
 
+    def test_bm25_statistics_are_kept_per_tenant(
+        self, ingestor: Ingestor, retriever: Retriever, tmp_path: Path
+    ) -> None:
+        write_jsonl(tmp_path / "a.jsonl", [{"_id": "a", "text": "rare word quokka"}])
+        ingestor.ingest_paths([tmp_path / "a.jsonl"], tenant="alpha")
+        before = retriever.channels("quokka", retriever.scope(tenant="alpha"))[
+            "lexical"
+        ]
+        other = [{"_id": f"b{i}", "text": f"quokka number {i}"} for i in range(30)]
+        write_jsonl(tmp_path / "b.jsonl", other)
+        ingestor.ingest_paths([tmp_path / "b.jsonl"], tenant="beta")
+        after = retriever.channels("quokka", retriever.scope(tenant="alpha"))["lexical"]
+        # Another tenant's documents change neither the ranking nor the scores.
+        assert after == before
+
 
 class TestDenseChannel:
     @pytest.fixture()

@@ -30,12 +30,12 @@ WITH query_terms AS (
 stats AS (
     SELECT greatest(chunk_count, 1)::float8 AS n,
            greatest(total_length, 1)::float8 / greatest(chunk_count, 1) AS avgdl
-    FROM corpus_stats WHERE id = 1
+    FROM corpus_stats WHERE tenant = %(tenant)s
 ),
 weighted AS (
     SELECT s.lexeme, ln(1 + (stats.n - s.df + 0.5) / (s.df + 0.5)) AS idf
     FROM term_stats s JOIN query_terms q USING (lexeme) CROSS JOIN stats
-    WHERE s.df > 0
+    WHERE s.tenant = %(tenant)s AND s.df > 0
 ),
 bm25 AS (
     SELECT p.chunk_id,
@@ -43,7 +43,7 @@ bm25 AS (
                / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * c.lexeme_count / stats.avgdl)))
                AS score
     FROM weighted w
-    JOIN chunk_terms p ON p.lexeme = w.lexeme
+    JOIN chunk_terms p ON p.tenant = %(tenant)s AND p.lexeme = w.lexeme
     JOIN chunks c ON c.id = p.chunk_id
     CROSS JOIN stats
     WHERE {filters}
@@ -116,21 +116,21 @@ SELECT revision, embedding_model FROM documents WHERE id = %s
 SUBTRACT_TERM_STATS = """
 UPDATE term_stats AS s SET df = s.df - d.n
 FROM (
-    SELECT p.lexeme, count(*) AS n
+    SELECT p.tenant, p.lexeme, count(*) AS n
     FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id
     WHERE c.document_id = %(document_id)s
-    GROUP BY p.lexeme ORDER BY p.lexeme
+    GROUP BY p.tenant, p.lexeme ORDER BY p.lexeme
 ) AS d
-WHERE s.lexeme = d.lexeme
+WHERE s.tenant = d.tenant AND s.lexeme = d.lexeme
 """
 
 SUBTRACT_CORPUS_STATS = """
-UPDATE corpus_stats SET
-    chunk_count = chunk_count - d.n,
-    total_length = total_length - d.len
-FROM (SELECT count(*) AS n, coalesce(sum(lexeme_count), 0) AS len
-      FROM chunks WHERE document_id = %(document_id)s) AS d
-WHERE id = 1
+UPDATE corpus_stats AS s SET
+    chunk_count = s.chunk_count - d.n,
+    total_length = s.total_length - d.len
+FROM (SELECT tenant, count(*) AS n, coalesce(sum(lexeme_count), 0) AS len
+      FROM chunks WHERE document_id = %(document_id)s GROUP BY tenant) AS d
+WHERE s.tenant = d.tenant
 """
 
 DELETE_DOCUMENT = "DELETE FROM documents WHERE id = %(document_id)s"
@@ -153,8 +153,8 @@ FROM STDIN
 """
 
 INSERT_POSTINGS = """
-INSERT INTO chunk_terms (lexeme, chunk_id, tf)
-SELECT t.lexeme, c.id, cardinality(t.positions)
+INSERT INTO chunk_terms (tenant, lexeme, chunk_id, tf)
+SELECT c.tenant, t.lexeme, c.id, cardinality(t.positions)
 FROM chunks c, unnest(c.tsv_prose) AS t
 WHERE c.document_id = %(document_id)s
 """
@@ -168,21 +168,21 @@ WHERE c.id = d.chunk_id
 """
 
 ADD_TERM_STATS = """
-INSERT INTO term_stats (lexeme, df)
-SELECT p.lexeme, count(*)
+INSERT INTO term_stats (tenant, lexeme, df)
+SELECT p.tenant, p.lexeme, count(*)
 FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id
 WHERE c.document_id = %(document_id)s
-GROUP BY p.lexeme ORDER BY p.lexeme
-ON CONFLICT (lexeme) DO UPDATE SET df = term_stats.df + EXCLUDED.df
+GROUP BY p.tenant, p.lexeme ORDER BY p.lexeme
+ON CONFLICT (tenant, lexeme) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 """
 
 ADD_CORPUS_STATS = """
-UPDATE corpus_stats SET
-    chunk_count = chunk_count + d.n,
-    total_length = total_length + d.len
-FROM (SELECT count(*) AS n, coalesce(sum(lexeme_count), 0) AS len
-      FROM chunks WHERE document_id = %(document_id)s) AS d
-WHERE id = 1
+INSERT INTO corpus_stats AS s (tenant, chunk_count, total_length)
+SELECT tenant, count(*), coalesce(sum(lexeme_count), 0)
+FROM chunks WHERE document_id = %(document_id)s GROUP BY tenant
+ON CONFLICT (tenant) DO UPDATE SET
+    chunk_count = s.chunk_count + EXCLUDED.chunk_count,
+    total_length = s.total_length + EXCLUDED.total_length
 """
 
 UPSERT_ENTITY = """

@@ -66,25 +66,29 @@ CREATE INDEX chunks_tsv_exact ON chunks USING gin (tsv_exact);
 CREATE INDEX chunks_identifiers ON chunks USING gin (identifiers);
 
 -- Lexical term statistics, maintained at ingest, from which BM25 is computed in SQL.
+-- Statistics are kept per tenant: a tenant's ranking never depends on (and so never
+-- reveals) another tenant's documents, and each tenant's rows live on one shard.
 CREATE TABLE chunk_terms (
+    tenant   text NOT NULL,
     lexeme   text NOT NULL,
     chunk_id text NOT NULL REFERENCES chunks (id) ON DELETE CASCADE,
     tf       integer NOT NULL,
-    PRIMARY KEY (lexeme, chunk_id)
+    PRIMARY KEY (tenant, lexeme, chunk_id)
 );
 CREATE INDEX chunk_terms_chunk ON chunk_terms (chunk_id);
 
 CREATE TABLE term_stats (
-    lexeme text PRIMARY KEY,
-    df     bigint NOT NULL
+    tenant text NOT NULL,
+    lexeme text NOT NULL,
+    df     bigint NOT NULL,
+    PRIMARY KEY (tenant, lexeme)
 );
 
 CREATE TABLE corpus_stats (
-    id           integer PRIMARY KEY CHECK (id = 1),
+    tenant       text PRIMARY KEY,
     chunk_count  bigint NOT NULL,
     total_length bigint NOT NULL
 );
-INSERT INTO corpus_stats VALUES (1, 0, 0);
 
 -- Entity graph. Aliases are entities whose canonical_id points at the canonical one.
 CREATE TABLE entities (
