@@ -68,7 +68,10 @@ class PeakMemory:
         self._thread.join()
 
 
-def run_once(dataset: Path, limit: int | None) -> dict[str, float]:
+CACHE_HOME = REPO / "bench" / ".cache" / "home"
+
+
+def run_once(dataset: Path, limit: int | None, keep: bool) -> dict[str, float]:
     from retrieval_pipeline.ingest.job import Ingestor
     from retrieval_pipeline.tools.embeddings import resolve_embedder
     from retrieval_pipeline.tools.store import EmbeddedPostgres, Store
@@ -83,13 +86,20 @@ def run_once(dataset: Path, limit: int | None) -> dict[str, float]:
                     if i >= limit:
                         break
                     out.write(line)
-        server = EmbeddedPostgres(Path(tmp) / "home", keep_running=True)
+        # --keep ingests into the shared bench database (fresh each time) so that
+        # bench/quality.py can reuse the embedded corpus instead of embedding it again.
+        home = CACHE_HOME if keep else Path(tmp) / "home"
+        server = EmbeddedPostgres(home, keep_running=True)
+        if keep:
+            server.reset()
         url = server.start()
         try:
             embedder = resolve_embedder("local")
             with Store(url) as store, PeakMemory() as memory:
                 memory.postmaster_pid = server.status().pid
-                summary = Ingestor(store, embedder).ingest_paths([source])
+                summary = Ingestor(store, embedder).ingest_paths(
+                    [source], tenant=f"eval:{dataset.name}"
+                )
             assert summary.failed == 0, summary.failures[:3]
         finally:
             server.stop()
@@ -117,8 +127,13 @@ def main() -> int:
         "--limit", type=int, default=None, help="first N documents only"
     )
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="ingest into bench/.cache/home and keep it for bench/quality.py",
+    )
     args = parser.parse_args()
-    runs = [run_once(args.dataset, args.limit) for _ in range(args.repeat)]
+    runs = [run_once(args.dataset, args.limit, args.keep) for _ in range(args.repeat)]
     median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     result = {
         "benchmark": "ingest",

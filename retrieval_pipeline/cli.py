@@ -92,6 +92,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the machine-readable form"
     )
 
+    evaluate = sub.add_parser(
+        "eval", help="evaluate retrieval on a BEIR-format data set"
+    )
+    evaluate.add_argument("--dataset", type=Path, required=True, help="BEIR folder")
+    evaluate.add_argument(
+        "--config",
+        action="append",
+        dest="configs",
+        default=None,
+        help="configuration to run (repeatable; default: lexical, dense, hybrid); "
+        "the first is the baseline of the paired tests",
+    )
+    evaluate.add_argument("--split", default="test", help="qrels split (default test)")
+    evaluate.add_argument(
+        "--slice",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="report a slice of query ids listed one per line in FILE",
+    )
+    evaluate.add_argument("--out", type=Path, default=None, help="JSON results file")
+    evaluate.add_argument("--run-out", type=Path, default=None, help="TREC run file")
+    evaluate.add_argument("--embeddings", default=None, help="embedder (default local)")
+
     delete = sub.add_parser("delete", help="delete documents by their source id")
     delete.add_argument("doc_ids", nargs="+")
     delete.add_argument("--tenant", default=None)
@@ -173,6 +197,56 @@ def _cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from retrieval_pipeline.eval.datasets import load_beir, load_query_ids
+    from retrieval_pipeline.eval.runner import (
+        ensure_ingested,
+        resolve_configs,
+        run_channel_configs,
+        write_trec_run,
+    )
+    from retrieval_pipeline.ingest.job import Ingestor
+    from retrieval_pipeline.tools.embeddings import resolve_embedder
+    from retrieval_pipeline.tools.retrieve import Retriever
+    from retrieval_pipeline.tools.store import open_store
+
+    try:
+        configs = resolve_configs(args.configs)
+    except ValueError as exc:
+        raise RetrievalPipelineError(str(exc)) from None
+    dataset = load_beir(args.dataset, split=args.split)
+    slices: dict[str, list[str]] = {}
+    for spec in args.slice:
+        name, sep, file = spec.partition("=")
+        if not sep or not name or not Path(file).is_file():
+            raise RetrievalPipelineError(f"--slice expects NAME=FILE, got {spec!r}")
+        slices[name] = [q for q in load_query_ids(Path(file)) if q in dataset.queries]
+    embedder = resolve_embedder(args.embeddings)
+    with open_store() as store:
+        summary = ensure_ingested(dataset, Ingestor(store, embedder, progress=True))
+        print(
+            f"{dataset.name}: {summary.documents} documents embedded, "
+            f"{summary.skipped} unchanged (cached)",
+            file=sys.stderr,
+        )
+        report = run_channel_configs(dataset, Retriever(store, embedder), configs)
+    report.slices = slices
+    print(report.table())
+    for name, ids in slices.items():
+        print(f"  slice {name}: {len(ids)} queries")
+        for result in report.results:
+            s = result.summary(ids)["ndcg@10"]
+            interval = f"[{s['low']:.3f}, {s['high']:.3f}]"
+            print(f"    {result.name}: ndcg@10 {s['mean']:.3f} {interval}")
+    out = args.out or Path(f"eval-{dataset.name}.json")
+    out.write_text(json.dumps(report.to_dict(), indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
+    if args.run_out is not None:
+        write_trec_run(args.run_out, report.results)
+        print(f"wrote {args.run_out}", file=sys.stderr)
+    return 0
+
+
 def _cmd_delete(args: argparse.Namespace) -> int:
     from retrieval_pipeline.tools.store import open_store
     from retrieval_pipeline.tools.store.records import document_key
@@ -237,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         "ingest": _cmd_ingest,
         "query": _cmd_query,
+        "eval": _cmd_eval,
         "delete": _cmd_delete,
         "db": _cmd_db,
     }

@@ -463,6 +463,14 @@ class Store:
                 counts[table] = int(row[0]) if row else 0
         return counts
 
+    def chunk_sources(self, tenant: str) -> dict[str, str]:
+        """Map every chunk id of a tenant to its document's own id (for evaluation)."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT id, source_id FROM chunks WHERE tenant = %s", (tenant,)
+            ).fetchall()
+        return {row[0]: row[1] for row in rows}
+
     # --- entity linking -------------------------------------------------------------
     def link_entities(
         self, tenant: str, document_ids: Sequence[str] | None = None
