@@ -47,6 +47,115 @@ def _ingest_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     ]
 
 
+SYSTEMS = [
+    ("ours:lexical", "ours: lexical (BM25 in PostgreSQL)"),
+    ("ours:dense", "ours: dense (pgvector HNSW)"),
+    ("ours:hybrid", "ours: hybrid (default fusion)"),
+    ("bm25s", "bm25s (Lucene BM25, Snowball stemmer)"),
+    ("dense-exact", "dense only, exact (same embeddings)"),
+    ("rrf(bm25s,dense-exact)", "RRF(bm25s, dense exact), k = 60"),
+    (
+        "langchain-ensemble",
+        "LangChain EnsembleRetriever (BM25Retriever + vectors, 0.5/0.5)",
+    ),
+]
+
+
+def _quality_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    datasets = result["datasets"]
+    names = [n for n in ("scifact", "nfcorpus", "hotpotqa", "musique") if n in datasets]
+    lines = [
+        "## Retrieval quality (`bench/quality.py`)",
+        "",
+        f"nDCG@10 on the test queries, mean [95 % bootstrap CI]; embedder "
+        f"{result['embedder']}; every system run in the same process on the same "
+        f"embeddings; measured {result['date']}.",
+        "",
+        "| system | "
+        + " | ".join(f"{n} ({datasets[n]['queries']} q)" for n in names)
+        + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for key, label in SYSTEMS:
+        cells = []
+        for n in names:
+            s = datasets[n]["summary"].get(key, {}).get("ndcg@10")
+            cells.append(
+                f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}]" if s else ""
+            )
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Recall@20:",
+        "",
+        "| system | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for key, label in SYSTEMS:
+        cells = [
+            f"{datasets[n]['summary'][key]['recall@20']['mean']:.3f}"
+            if key in datasets[n]["summary"]
+            else ""
+            for n in names
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Paired randomization tests (nDCG@10, delta = second minus first):",
+        "",
+        "| comparison | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for comparison in datasets[names[0]]["comparisons"]:
+        cells = []
+        for n in names:
+            c = datasets[n]["comparisons"].get(comparison)
+            cells.append(f"{c['delta']:+.3f} (p = {c['p_value']:.3f})" if c else "")
+        lines.append(f"| {comparison} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Channel latency during the quality run (p50 ms, not a latency benchmark):",
+        "",
+        "| data set | lexical | dense | query embedding |",
+        "|---|---|---|---|",
+    ]
+    for n in names:
+        t = datasets[n]["channel_latency_ms_p50"]
+        lines.append(
+            f"| {n} | {t['lexical_p50']:.1f} | {t['dense_p50']:.1f} | "
+            f"{t['embed_p50']:.1f} |"
+        )
+    return lines + [""]
+
+
+def _latency_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    ops = result["operations"]
+    hybrid = ops["hybrid retrieve, 40 candidates (depth 100/channel)"]
+    lines = [
+        "## Retrieval latency (`bench/latency.py`)",
+        "",
+        f"SciFact ({result['chunks']} chunks), {result['queries']} queries x "
+        f"{result['rounds']} rounds, warm, single client, embedded PostgreSQL on the same "
+        f"2-core machine; query embedding excluded from the retrieval timings and shown "
+        f"separately; measured {result['date']}.",
+        "",
+        "| operation | p50 ms | p95 ms | p50 vs hybrid |",
+        "|---|---|---|---|",
+    ]
+    for name, stats in ops.items():
+        ratio = stats["p50"] / hybrid["p50"]
+        lines.append(
+            f"| {name} | {stats['p50']:.2f} | {stats['p95']:.2f} | {ratio:.2f}x |"
+        )
+    met = "meets" if hybrid["p50"] <= 15 and hybrid["p95"] <= 40 else "misses"
+    lines += [
+        "",
+        f"Goal (hybrid, 40 candidates): p50 <= 15 ms and p95 <= 40 ms: {met}.",
+        "",
+    ]
+    return lines
+
+
 def write_benchmarks_md() -> Path:
     lines = [
         "# Benchmarks",
@@ -55,6 +164,12 @@ def write_benchmarks_md() -> Path:
         "was measured by the script named in its section, on the machine it names.",
         "",
     ]
+    quality = RESULTS / "quality.json"
+    if quality.exists():
+        lines += _quality_section(json.loads(quality.read_text()))
+    latency = RESULTS / "latency.json"
+    if latency.exists():
+        lines += _latency_section(json.loads(latency.read_text()))
     ingest = RESULTS / "ingest.json"
     if ingest.exists():
         lines += _ingest_section(json.loads(ingest.read_text()))

@@ -167,8 +167,12 @@ class Retriever:
         *,
         depth: int | None = None,
         trace: RetrievalTrace | None = None,
+        query_embedding: Sequence[float] | None = None,
     ) -> dict[str, list[tuple[str, float]]]:
-        """Run both channels; return ranked (chunk id, score) lists per channel."""
+        """Run both channels; return ranked (chunk id, score) lists per channel.
+
+        ``query_embedding`` skips embedding the query (batched callers, benchmarks).
+        """
         trace = trace if trace is not None else RetrievalTrace()
         depth = depth or self.depth
         if not self._check_index():
@@ -179,7 +183,11 @@ class Retriever:
         )
         trace.lexical_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
-        vector = self.embedder.embed_query(query)
+        vector = (
+            list(query_embedding)
+            if query_embedding is not None
+            else self.embedder.embed_query(query)
+        )
         trace.embed_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
         dense = self.store.search_dense(
@@ -202,6 +210,7 @@ class Retriever:
         tenant: str | None = None,
         depth: int | None = None,
         trace: RetrievalTrace | None = None,
+        query_embedding: Sequence[float] | None = None,
     ) -> list[RetrievedChunk]:
         """Return up to ``limit`` chunks ranked by RRF over both channels."""
         query = clean_query(question)
@@ -209,7 +218,11 @@ class Retriever:
         trace = trace if trace is not None else RetrievalTrace()
         scope = self.scope(principals=principals, tenant=tenant, doc_ids=doc_ids)
         ranked = self.channels(
-            query, scope, depth=max(depth or self.depth, limit), trace=trace
+            query,
+            scope,
+            depth=max(depth or self.depth, limit),
+            trace=trace,
+            query_embedding=query_embedding,
         )
         fused = reciprocal_rank_fusion(
             {c: [i for i, _ in ranked[c]] for c in CHANNELS},
