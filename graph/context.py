@@ -5,6 +5,9 @@ Numbers come from ``shared/spec/retrieval-pipeline.md`` (the spec) unless noted.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
 # --- hybrid retrieval -------------------------------------------------------------
 RRF_K = 60  # Cormack, Clarke & Buettcher, SIGIR 2009; ranks are 1-based.
 CANDIDATE_POOL = 40  # spec: "run it wide", a pool of ~40 chunks.
@@ -34,3 +37,91 @@ CHARS_PER_TOKEN = 4  # spec: the estimate used when no tokenizer can be loaded.
 CHUNK_MAX_TOKENS = 256  # all-MiniLM-L6-v2 reads 256 word pieces; longer text is cut.
 CHUNK_OVERLAP_TOKENS = 32  # small overlap so a split sentence keeps its context.
 EMBED_BATCH_SIZE = 64  # sentence-transformers' sweet spot on two CPU cores.
+SHINGLE_SIZE = 3  # word 3-shingles: robust to small edits, cheap to compute.
+DOCUMENT_SHARE = (
+    0.5  # one document may fill at most half the budget (spec: group by source).
+)
+MAX_SUB_QUERIES = 3  # spec: up to three sub-queries for a bounded multi-query union.
+
+# --- stage behaviour ----------------------------------------------------------------
+RERANK_DEADLINE_S = 2.0  # a reranker slower than this falls back to fused order.
+JUDGE_DEADLINE_S = 10.0  # the judge gets one structured call within this time.
+GRAPH_FRONTIER_CAP = 16  # entities kept per hop: bounds cost around hub nodes.
+GRAPH_DOCUMENT_CAP = 20  # documents a graph expansion may resolve to.
+GRAPH_CHUNKS = 10  # chunks the scoped retrieve over those documents may add.
+GRAPH_SCORE_WEIGHT = (
+    0.5  # graph-found chunks enter the pool at half their scoped score.
+)
+SOFT_FILTER_BOOST = 0.5  # an advisory filter match adds half a first-rank RRF vote.
+RECENCY_WEIGHT = 0.5  # a freshness intent adds up to half a first-rank RRF vote.
+RECENCY_HALF_LIFE_DAYS = 180.0  # age at which the recency term halves.
+
+
+@dataclass(frozen=True)
+class Context:
+    """Per-run settings of the pipeline (``runtime.context``); defaults as above.
+
+    Arrives as this dataclass from Python, or as a dict from HTTP and Studio
+    (:func:`resolve_context`); under a parent graph with another context type the
+    defaults apply.
+    """
+
+    understanding: bool = True
+    """Run query understanding when a judge model is available."""
+    graph_fusion: bool = True
+    """Run entity-graph local search."""
+    reranker: str = "auto"
+    """auto | voyage | cohere | onnx | none."""
+    candidate_pool: int = CANDIDATE_POOL
+    channel_depth: int = CHANNEL_DEPTH
+    rrf_k: int = RRF_K
+    lexical_weight: float = 1.0
+    dense_weight: float = 1.0
+    top_entities: int = GRAPH_TOP_ENTITIES
+    max_hops: int = GRAPH_MAX_HOPS
+    frontier_cap: int = GRAPH_FRONTIER_CAP
+    graph_documents: int = GRAPH_DOCUMENT_CAP
+    graph_chunks: int = GRAPH_CHUNKS
+    graph_score_weight: float = GRAPH_SCORE_WEIGHT
+    token_budget: int = TOKEN_BUDGET
+    max_chunks: int = MAX_CHUNKS
+    mmr_lambda: float = MMR_LAMBDA
+    duplicate_jaccard: float = DUPLICATE_JACCARD
+    document_share: float = DOCUMENT_SHARE
+    rerank_deadline_s: float = RERANK_DEADLINE_S
+    judge_deadline_s: float = JUDGE_DEADLINE_S
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.candidate_pool <= MAX_LIMIT:
+            raise ValueError(f"candidate_pool must be 1..{MAX_LIMIT}")
+        if self.channel_depth < 1 or self.rrf_k < 1 or self.token_budget < 1:
+            raise ValueError("channel_depth, rrf_k and token_budget must be positive")
+        if not GRAPH_MIN_HOPS <= self.max_hops <= GRAPH_MAX_HOPS:
+            raise ValueError(f"max_hops must be {GRAPH_MIN_HOPS}..{GRAPH_MAX_HOPS}")
+        if not 0 <= self.mmr_lambda <= 1 or not 0 < self.duplicate_jaccard <= 1:
+            raise ValueError(
+                "mmr_lambda must be in [0, 1], duplicate_jaccard in (0, 1]"
+            )
+        if not 1 <= self.max_chunks <= MAX_LIMIT:
+            raise ValueError(f"max_chunks must be 1..{MAX_LIMIT}")
+
+
+def resolve_context(value: object) -> Context:
+    """Return a :class:`Context` from a Context, a dict (HTTP, Studio) or anything else.
+
+    Unknown dict keys are rejected with the valid names; a parent graph's own context
+    object (another type) falls back to the defaults, so the pipeline works as a
+    subgraph.
+    """
+    if isinstance(value, Context):
+        return value
+    if isinstance(value, Mapping):
+        valid = {f.name for f in fields(Context)}
+        unknown = set(value) - valid
+        if unknown:
+            raise ValueError(
+                f"unknown context keys {sorted(unknown)}; "
+                f"valid: {', '.join(sorted(valid))}"
+            )
+        return Context(**dict(value))
+    return Context()

@@ -20,6 +20,7 @@ from retrieval_pipeline.settings import EMBEDDINGS_ENV
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EMBEDDER_CHOICES = ("local", "openai[:model]", "voyage[:model]", "cohere[:model]")
+QUERY_CACHE_SIZE = 256  # query vectors kept per embedder (FIFO); a few hundred KB
 
 
 class Embedder:
@@ -44,6 +45,7 @@ class Embedder:
         self.version = version
         self._dimension = dimension
         self._lock = threading.Lock()
+        self._query_cache: dict[str, tuple[float, ...]] = {}
 
     @property
     def embeddings(self) -> Any:
@@ -66,9 +68,16 @@ class Embedder:
         return [list(map(float, v)) for v in vectors]
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one query."""
+        """Embed one query (recent queries are cached: stages reuse the same text)."""
         with self._lock:
-            return list(map(float, self._embeddings.embed_query(text)))
+            cached = self._query_cache.get(text)
+            if cached is not None:
+                return list(cached)
+            vector = tuple(map(float, self._embeddings.embed_query(text)))
+            self._query_cache[text] = vector
+            while len(self._query_cache) > QUERY_CACHE_SIZE:
+                self._query_cache.pop(next(iter(self._query_cache)))
+            return list(vector)
 
 
 def _package_version(name: str) -> str:

@@ -200,6 +200,63 @@ class Retriever:
             "dense": dense,
         }
 
+    def fused(
+        self,
+        query: str,
+        scope: AccessScope,
+        *,
+        channels: Sequence[str] = CHANNELS,
+        depth: int | None = None,
+        rrf_k: int | None = None,
+        weights: Mapping[str, float] | None = None,
+        trace: RetrievalTrace | None = None,
+        query_embedding: Sequence[float] | None = None,
+    ) -> list[tuple[str, float, dict[str, int]]]:
+        """Fuse the chosen channels: (chunk id, RRF score, 1-based rank per channel).
+
+        ``channels=("lexical",)`` runs the lexical channel alone (no embedding), as
+        the pipeline does for the original-question branch.
+        """
+        unknown = set(channels) - set(CHANNELS)
+        if unknown or not channels:
+            raise ValueError(f"channels must be a non-empty subset of {CHANNELS}")
+        trace = trace if trace is not None else RetrievalTrace()
+        depth = depth or self.depth
+        if "dense" in channels:
+            ranked = self.channels(
+                query, scope, depth=depth, trace=trace, query_embedding=query_embedding
+            )
+        else:
+            ranked = {c: [] for c in CHANNELS}
+            if self._check_index():
+                started = time.perf_counter()
+                lexical = self.store.search_lexical(
+                    query,
+                    extract_identifiers(query),
+                    scope,
+                    depth=depth,
+                    k1=self.k1,
+                    b=self.b,
+                )
+                trace.lexical_ms = (time.perf_counter() - started) * 1000
+                ranked["lexical"] = [
+                    (chunk_id, score) for chunk_id, score, _ in lexical
+                ]
+        lists = {c: [i for i, _ in ranked[c]] for c in channels}
+        fused = reciprocal_rank_fusion(
+            lists, k=rrf_k or self.rrf_k, weights=weights if weights else self.weights
+        )
+        ranks = {c: {i: r for r, i in enumerate(lists[c], start=1)} for c in channels}
+        trace.fused_candidates = len(fused)
+        return [
+            (
+                chunk_id,
+                score,
+                {c: ranks[c][chunk_id] for c in channels if chunk_id in ranks[c]},
+            )
+            for chunk_id, score in fused
+        ]
+
     def retrieve(
         self,
         question: str,

@@ -1,1 +1,103 @@
-"""Cross-encoder reranker adapters."""
+"""Cross-encoder rerankers: Voyage, Cohere, self-hosted ONNX, or none.
+
+One protocol, :class:`Reranker`; :func:`resolve_reranker` picks an implementation by
+name. ``auto`` prefers Voyage when ``VOYAGE_API_KEY`` is set, then Cohere when
+``COHERE_API_KEY`` is set, then a configured ONNX model, else ``none``. A missing key
+or dependency resolves to ``none`` and the stage reports itself inactive; an unknown
+name is a ``ValueError`` listing the valid choices.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from retrieval_pipeline.errors import ConfigurationError
+
+RERANKER_CHOICES = ("auto", "voyage", "cohere", "onnx", "none")
+ONNX_MODEL_ENV = "RETRIEVAL_PIPELINE_RERANKER_ONNX"
+
+
+class RerankError(Exception):
+    """A reranker failed; the pipeline falls back to fused order and records why."""
+
+
+@dataclass(frozen=True)
+class RerankScore:
+    """A calibrated relevance score in [0, 1] for the document at ``index``."""
+
+    index: int
+    score: float
+
+
+class Reranker(Protocol):
+    """Scores (query, document) pairs jointly."""
+
+    @property
+    def kind(self) -> str:
+        """Name reported in the debug block (``voyage:rerank-2.5``, ``none``, ...)."""
+        ...
+
+    @property
+    def active(self) -> bool:
+        """False for the identity reranker: the stage is skipped."""
+        ...
+
+    def rerank(
+        self, query: str, documents: Sequence[str], *, deadline_s: float
+    ) -> list[RerankScore]:
+        """Return one score per document (any order); raise :class:`RerankError`."""
+        ...
+
+
+class NoReranker:
+    """Identity passthrough: keeps the fused order."""
+
+    kind = "none"
+    active = False
+
+    def rerank(
+        self, query: str, documents: Sequence[str], *, deadline_s: float
+    ) -> list[RerankScore]:
+        """Return no scores; callers keep the fused order."""
+        return []
+
+
+def resolve_reranker(kind: str | None = "auto") -> Reranker:
+    """Resolve a reranker by name (see module docstring)."""
+    name = (kind or "auto").strip().lower()
+    match name:
+        case "none":
+            return NoReranker()
+        case "auto":
+            for candidate in ("voyage", "cohere", "onnx"):
+                reranker = resolve_reranker(candidate)
+                if reranker.active:
+                    return reranker
+            return NoReranker()
+        case "voyage":
+            from retrieval_pipeline.tools.rerankers.http import VoyageReranker
+
+            key = os.environ.get("VOYAGE_API_KEY")
+            return VoyageReranker(api_key=key) if key else NoReranker()
+        case "cohere":
+            from retrieval_pipeline.tools.rerankers.http import CohereReranker
+
+            key = os.environ.get("COHERE_API_KEY") or os.environ.get("CO_API_KEY")
+            return CohereReranker(api_key=key) if key else NoReranker()
+        case "onnx":
+            path = os.environ.get(ONNX_MODEL_ENV)
+            if not path:
+                return NoReranker()
+            try:
+                from retrieval_pipeline.tools.rerankers.onnx import OnnxReranker
+            except ImportError:  # onnxruntime or tokenizers absent: inactive
+                return NoReranker()
+            return OnnxReranker(path)
+        case _:
+            raise ConfigurationError(
+                f"unknown reranker '{kind}'; "
+                f"choose one of: {', '.join(RERANKER_CHOICES)}"
+            )

@@ -1,0 +1,87 @@
+"""Routers: which stages run, decided per run from the context and what is available.
+
+Inactive means unavailable, not only switched off: understanding without a judge
+model, a reranker that resolves to ``none``, graph fusion disabled. With all three
+inactive the run goes to ``plain_retrieve`` and skips the assembler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langgraph.types import Send
+
+from retrieval_pipeline.graph.context import Context
+from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.graph.state import BranchInput, PipelineState
+from retrieval_pipeline.tools.retrieve import CHANNELS, check_limit, clean_query
+
+
+@dataclass(frozen=True)
+class ActiveStages:
+    """Which optional stages will run."""
+
+    understanding: bool
+    graph_fusion: bool
+    rerank: bool
+
+    @property
+    def any(self) -> bool:
+        """True when at least one optional stage is active."""
+        return self.understanding or self.graph_fusion or self.rerank
+
+
+def active_stages(resources: PipelineResources, ctx: Context) -> ActiveStages:
+    """Resolve availability: a toggle and the resource it needs."""
+    return ActiveStages(
+        understanding=ctx.understanding and resources.judge is not None,
+        graph_fusion=ctx.graph_fusion,
+        rerank=resources.reranker_for(ctx.reranker).active,
+    )
+
+
+def branches(state: PipelineState) -> list[Send]:
+    """Fan out retrieval: effective query, the original as lexical, sub-queries.
+
+    The original question stays a lexical branch whenever the rewrite differs, so a
+    rare identifier the rewrite dropped still matches (spec: "Preserve the original
+    query as one branch").
+    """
+    question = clean_query(state["question"])
+    effective = state.get("effective_query") or question
+    understanding: dict[str, Any] = state.get("understanding") or {}
+    filters: dict[str, Any] = understanding.get("filters") or {}
+
+    def branch(query: str, channels: list[str], name: str) -> BranchInput:
+        return BranchInput(
+            query=query,
+            channels=channels,
+            branch=name,
+            question=question,
+            doc_ids=state.get("doc_ids"),
+            principals=state.get("principals") or [],
+            tenant=state.get("tenant"),
+            recency=understanding.get("freshness"),
+            boost_path_prefix=filters.get("path_prefix"),
+            boost_title=filters.get("doc_title_contains"),
+        )
+
+    planned = [branch(effective, list(CHANNELS), "main")]
+    if effective != question:
+        planned.append(branch(question, ["lexical"], "original"))
+    for n, sub_query in enumerate(understanding.get("sub_queries") or [], start=1):
+        planned.append(branch(clean_query(sub_query), list(CHANNELS), f"sub_query_{n}"))
+    return [Send("hybrid_retrieve", branch) for branch in planned]
+
+
+def validate_input(state: PipelineState) -> None:
+    """Fail fast on a bad question or limit, before any stage runs."""
+    clean_query(state.get("question"))
+    if "limit" in state:
+        check_limit(state["limit"])
+
+
+StartRoute = Literal["understand_query", "plain_retrieve"]
+AfterRetrieve = Literal["fuse_graph", "rerank", "assemble_context"]
+AfterGraph = Literal["rerank", "assemble_context"]

@@ -1,0 +1,130 @@
+"""Pipeline state: declared once, with what each key means.
+
+Everything a server serialises is a ``TypedDict`` of JSON-friendly values, so the
+graph runs unchanged under LangServe, LangGraph Studio and as a subgraph.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, NotRequired
+
+from typing_extensions import TypedDict
+
+
+class Candidate(TypedDict):
+    """A chunk in the candidate pool (provenance is fetched at assembly)."""
+
+    chunk_id: str
+    score: float
+    """Fused (RRF) score; the max over every branch that found the chunk."""
+    ranks: dict[str, int]
+    """Best 1-based rank per channel (``lexical``, ``dense``) over all branches."""
+    graph_boosted: bool
+    """True when graph fusion contributed the chunk."""
+    rerank_score: NotRequired[float]
+    """Calibrated cross-encoder score in [0, 1], when a reranker scored the chunk."""
+
+
+def merge_pool(
+    left: dict[str, Candidate] | None, right: dict[str, Candidate] | None
+) -> dict[str, Candidate]:
+    """Merge candidate pools by chunk id, keeping the max score (safe under fan-out).
+
+    Ranks keep the best rank per channel; ``graph_boosted`` is sticky; a rerank score
+    from the right side wins (reranking rewrites the pool it read).
+    """
+    merged: dict[str, Candidate] = dict(left or {})
+    for chunk_id, incoming in (right or {}).items():
+        current = merged.get(chunk_id)
+        if current is None:
+            merged[chunk_id] = incoming
+            continue
+        ranks = dict(current["ranks"])
+        for channel, rank in incoming["ranks"].items():
+            ranks[channel] = min(rank, ranks.get(channel, rank))
+        combined: Candidate = {
+            "chunk_id": chunk_id,
+            "score": max(current["score"], incoming["score"]),
+            "ranks": ranks,
+            "graph_boosted": current["graph_boosted"] or incoming["graph_boosted"],
+        }
+        rerank = incoming.get("rerank_score", current.get("rerank_score"))
+        if rerank is not None:
+            combined["rerank_score"] = rerank
+        merged[chunk_id] = combined
+    return merged
+
+
+def merge_debug(
+    left: dict[str, Any] | None, right: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Merge debug blocks: lists concatenate, timings add up, the rest overwrite."""
+    merged = dict(left or {})
+    for key, value in (right or {}).items():
+        if key in ("fallbacks", "branches") and isinstance(value, list):
+            merged[key] = [*merged.get(key, []), *value]
+        elif key == "stage_ms" and isinstance(value, dict):
+            stage_ms = dict(merged.get("stage_ms", {}))
+            for stage, ms in value.items():
+                stage_ms[stage] = round(stage_ms.get(stage, 0.0) + ms, 3)
+            merged[key] = stage_ms
+        else:
+            merged[key] = value
+    return merged
+
+
+class PipelineInput(TypedDict):
+    """What a caller sends."""
+
+    question: str
+    """The user's question."""
+    limit: NotRequired[int]
+    """Answer budget: how many chunks to return (default 8)."""
+    doc_ids: NotRequired[list[str] | None]
+    """Optional document scope (the sources' own ids); never widens access."""
+    principals: NotRequired[list[str]]
+    """ACL principals the caller holds; none means public documents only."""
+    tenant: NotRequired[str | None]
+    """Tenant scope; a tenant caller never sees another tenant's documents."""
+
+
+class PipelineOutput(TypedDict):
+    """What the pipeline returns: the chunks and the debug block only."""
+
+    chunks: list[dict[str, Any]]
+    retrieval_debug: dict[str, Any]
+
+
+class BranchInput(TypedDict):
+    """One retrieval branch (the effective query, a sub-query, the original text)."""
+
+    query: str
+    channels: list[str]
+    branch: str
+    question: str
+    doc_ids: NotRequired[list[str] | None]
+    principals: NotRequired[list[str]]
+    tenant: NotRequired[str | None]
+    recency: NotRequired[str | None]
+    boost_path_prefix: NotRequired[str | None]
+    boost_title: NotRequired[str | None]
+
+
+class PipelineState(TypedDict):
+    """The whole state (input + working keys + output)."""
+
+    question: str
+    limit: NotRequired[int]
+    doc_ids: NotRequired[list[str] | None]
+    principals: NotRequired[list[str]]
+    tenant: NotRequired[str | None]
+    understanding: NotRequired[dict[str, Any] | None]
+    """The judge's structured result, when understanding ran."""
+    effective_query: NotRequired[str]
+    """The query actually run: the rewrite, or the raw question."""
+    candidate_pool: Annotated[dict[str, Candidate], merge_pool]
+    """Chunks gathered by every branch and by graph fusion, merged by chunk id."""
+    chunks: list[dict[str, Any]]
+    """The final ranked chunks with provenance."""
+    retrieval_debug: Annotated[dict[str, Any], merge_debug]
+    """Counters, timings, fallbacks (serialised in camelCase by :func:`to_json`)."""

@@ -1,0 +1,33 @@
+"""Helpers every node uses: resources, context and timing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from retrieval_pipeline.graph.context import Context, resolve_context
+
+
+def context_of(runtime: Runtime[Any] | None) -> Context:
+    """The run's :class:`Context` (dict and foreign contexts resolved to defaults)."""
+    return resolve_context(runtime.context if runtime is not None else None)
+
+
+@contextmanager
+def stage_timer(debug: dict[str, Any], stage: str) -> Iterator[None]:
+    """Record a stage's wall time (ms) into ``debug["stage_ms"][stage]``."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        elapsed = (time.perf_counter() - started) * 1000
+        debug.setdefault("stage_ms", {})[stage] = round(elapsed, 3)
+
+
+def fallback(stage: str, reason: str) -> dict[str, str]:
+    """A fallback record for the debug block."""
+    return {"stage": stage, "reason": reason}

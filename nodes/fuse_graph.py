@@ -1,0 +1,62 @@
+"""Stage 3: graph fusion (GraphRAG local search in SQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.graph.state import Candidate, PipelineState
+from retrieval_pipeline.nodes._common import context_of, stage_timer
+from retrieval_pipeline.tools.graph_fusion import graph_fusion
+
+
+def make_fuse_graph(
+    resources: PipelineResources,
+) -> Callable[[PipelineState, Runtime[Any]], dict[str, Any]]:
+    """Build the node: add graph-found chunks to the pool, tagged graph_boosted."""
+
+    def fuse_graph(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
+        ctx = context_of(runtime)
+        scope = resources.retriever.scope(
+            principals=state.get("principals") or [],
+            tenant=state.get("tenant"),
+            doc_ids=state.get("doc_ids"),
+        )
+        pool = state.get("candidate_pool", {})
+        ranked = sorted(pool.values(), key=lambda c: (-c["score"], c["chunk_id"]))
+        debug: dict[str, Any] = {}
+        with stage_timer(debug, "fuse_graph"):
+            result = graph_fusion(
+                resources.retriever,
+                state.get("effective_query") or state["question"],
+                [c["chunk_id"] for c in ranked[: ctx.candidate_pool]],
+                scope,
+                top_entities=ctx.top_entities,
+                max_hops=ctx.max_hops,
+                frontier_cap=ctx.frontier_cap,
+                document_cap=ctx.graph_documents,
+                chunk_cap=ctx.graph_chunks,
+                score_weight=ctx.graph_score_weight,
+                rrf_k=ctx.rrf_k,
+            )
+        added: dict[str, Candidate] = {
+            chunk_id: {
+                "chunk_id": chunk_id,
+                "score": score,
+                "ranks": ranks,
+                "graph_boosted": True,
+            }
+            for chunk_id, score, ranks in result.added
+        }
+        debug.update(
+            graph_added=len(added),
+            graph_seed_entities=result.seed_entities,
+            graph_expanded_entities=result.expanded_entities,
+            graph_documents=result.documents,
+        )
+        return {"candidate_pool": added, "retrieval_debug": debug}
+
+    return fuse_graph

@@ -1,0 +1,77 @@
+"""Stage 2: hybrid retrieval, run wide; one call per branch (fanned out with Send)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.graph.state import BranchInput, Candidate
+from retrieval_pipeline.nodes._common import context_of, stage_timer
+from retrieval_pipeline.tools.boosts import SoftScope, apply_soft_scope
+from retrieval_pipeline.tools.retrieve import RetrievalTrace
+
+
+def make_hybrid_retrieve(
+    resources: PipelineResources,
+) -> Callable[[BranchInput, Runtime[Any]], dict[str, Any]]:
+    """Build the node: retrieve one branch into the shared candidate pool."""
+
+    def hybrid_retrieve(branch: BranchInput, runtime: Runtime[Any]) -> dict[str, Any]:
+        ctx = context_of(runtime)
+        retriever = resources.retriever
+        scope = retriever.scope(
+            principals=branch.get("principals") or [],
+            tenant=branch.get("tenant"),
+            doc_ids=branch.get("doc_ids"),
+        )
+        debug: dict[str, Any] = {}
+        trace = RetrievalTrace()
+        weights = {"lexical": ctx.lexical_weight, "dense": ctx.dense_weight}
+        with stage_timer(debug, "hybrid_retrieve"):
+            fused = retriever.fused(
+                branch["query"],
+                scope,
+                channels=tuple(branch["channels"]),
+                depth=max(ctx.channel_depth, ctx.candidate_pool),
+                rrf_k=ctx.rrf_k,
+                weights=weights,
+                trace=trace,
+            )
+            soft = SoftScope(
+                path_prefix=branch.get("boost_path_prefix"),
+                doc_title_contains=branch.get("boost_title"),
+                freshness=branch.get("recency"),
+            )
+            fused = apply_soft_scope(
+                fused, soft, resources.store, scope, rrf_k=ctx.rrf_k
+            )
+        # Branches fuse different numbers of channels; dividing by the best score a
+        # branch can reach (rank 1 everywhere) puts every branch on [0, 1], so the
+        # pool's merge-by-max compares like with like (an identifier found only by
+        # the original-question lexical branch is not outranked by construction).
+        best = sum(weights[c] for c in branch["channels"]) / (ctx.rrf_k + 1)
+        pool: dict[str, Candidate] = {
+            chunk_id: {
+                "chunk_id": chunk_id,
+                "score": score / best,
+                "ranks": ranks,
+                "graph_boosted": False,
+            }
+            for chunk_id, score, ranks in fused[: ctx.candidate_pool]
+        }
+        debug["branches"] = [
+            {
+                "branch": branch["branch"],
+                "channels": list(branch["channels"]),
+                "candidates": len(pool),
+                "lexical_ms": round(trace.lexical_ms, 3),
+                "dense_ms": round(trace.dense_ms, 3),
+                "embed_ms": round(trace.embed_ms, 3),
+            }
+        ]
+        return {"candidate_pool": pool, "retrieval_debug": debug}
+
+    return hybrid_retrieve

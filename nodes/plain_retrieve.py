@@ -1,0 +1,46 @@
+"""The all-inactive path: exactly ``retrieve(question, limit, doc_ids)`` + slice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from retrieval_pipeline.graph.context import DEFAULT_LIMIT
+from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.graph.state import PipelineState
+from retrieval_pipeline.nodes._common import context_of, stage_timer
+
+
+def make_plain_retrieve(
+    resources: PipelineResources,
+) -> Callable[[PipelineState, Runtime[Any]], dict[str, Any]]:
+    """Build the node; no assembler runs on this path (spec: degradation)."""
+
+    def plain_retrieve(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
+        ctx = context_of(runtime)
+        debug: dict[str, Any] = {
+            "candidate_pool": 0,
+            "graph_added": 0,
+            "reranked": False,
+            "reranker_kind": "none",
+            "rewrite": None,
+            "sub_queries": [],
+            "path": "plain_retrieve",
+        }
+        with stage_timer(debug, "plain_retrieve"):
+            chunks = resources.retriever.retrieve(
+                state["question"],
+                limit=state.get("limit", DEFAULT_LIMIT),
+                doc_ids=state.get("doc_ids"),
+                principals=state.get("principals") or [],
+                tenant=state.get("tenant"),
+                depth=ctx.channel_depth,
+            )
+        output = [{**c.to_dict(), "graph_boosted": False} for c in chunks]
+        debug["assembled_tokens"] = sum(c.token_count for c in chunks)
+        debug["token_method"] = "stored"
+        return {"chunks": output, "retrieval_debug": debug}
+
+    return plain_retrieve

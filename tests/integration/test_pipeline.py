@@ -1,0 +1,319 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_judge import ScriptedJudge
+from provider_peers import PeerBehaviour, rerank_peer
+
+from retrieval_pipeline.errors import InvalidQueryError
+from retrieval_pipeline.graph.builder import build_pipeline
+from retrieval_pipeline.graph.context import Context
+from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.ingest.job import Ingestor
+from retrieval_pipeline.tools.rerankers.http import CohereReranker, VoyageReranker
+from retrieval_pipeline.tools.retrieve import Retriever
+
+QUESTION = "Who owns the service that failed with ERR_CONN_RESET?"
+
+
+@pytest.fixture()
+def corpus(ingestor: Ingestor, sample_corpus: Path) -> None:
+    ingestor.ingest_paths([sample_corpus])
+
+
+def pipeline(retriever: Retriever, **resources: Any):  # type: ignore[no-untyped-def]
+    return build_pipeline(PipelineResources(retriever=retriever, **resources))
+
+
+def nodes_run(graph: Any, state: dict[str, Any], context: Any) -> list[str]:
+    ran = []
+    for update in graph.stream(state, context=context, stream_mode="updates"):
+        ran.extend(update)
+    return ran
+
+
+def without_timings(debug: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in debug.items() if k not in ("stage_ms", "branches")}
+    return out
+
+
+class TestRouting:
+    @pytest.mark.parametrize(
+        ("judge", "understanding", "graph_fusion", "reranker", "expected"),
+        [
+            (False, True, False, "none", ["plain_retrieve"]),
+            (True, False, False, "none", ["plain_retrieve"]),
+            (
+                False,
+                True,
+                True,
+                "none",
+                ["hybrid_retrieve", "fuse_graph", "assemble_context"],
+            ),
+            (
+                False,
+                True,
+                False,
+                "peer",
+                ["hybrid_retrieve", "rerank", "assemble_context"],
+            ),
+            (
+                True,
+                True,
+                False,
+                "none",
+                ["understand_query", "hybrid_retrieve", "assemble_context"],
+            ),
+            (
+                True,
+                True,
+                True,
+                "peer",
+                [
+                    "understand_query",
+                    "hybrid_retrieve",
+                    "fuse_graph",
+                    "rerank",
+                    "assemble_context",
+                ],
+            ),
+        ],
+    )
+    def test_every_combination_takes_the_right_path(
+        self,
+        retriever: Retriever,
+        corpus: None,
+        judge: bool,
+        understanding: bool,
+        graph_fusion: bool,
+        reranker: str,
+        expected: list[str],
+    ) -> None:
+        with rerank_peer() as (url, _):
+            resources: dict[str, Any] = {}
+            if judge:
+                resources["judge"] = ScriptedJudge(answer={"rewrite": QUESTION})
+            if reranker == "peer":
+                resources["reranker"] = VoyageReranker(api_key="k", base_url=url)
+            graph = pipeline(retriever, **resources)
+            context = Context(
+                understanding=understanding, graph_fusion=graph_fusion, reranker="none"
+            )
+            ran = nodes_run(graph, {"question": QUESTION, "limit": 5}, context)
+        assert [n for n in ran if n in expected] == expected
+        assert set(ran) == set(expected)
+
+    def test_a_dict_context_from_http_or_studio_works(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        graph = pipeline(retriever)
+        out = graph.invoke(
+            {"question": QUESTION}, context={"graph_fusion": False, "reranker": "none"}
+        )
+        assert out["retrieval_debug"]["path"] == "plain_retrieve"
+
+    def test_unknown_context_keys_are_rejected(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        # LangGraph coerces a dict into the Context dataclass itself; a typo fails.
+        with pytest.raises((TypeError, ValueError), match="reranked"):
+            pipeline(retriever).invoke(
+                {"question": QUESTION}, context={"reranked": "x"}
+            )
+
+    def test_bad_input_is_a_user_error(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        with pytest.raises(InvalidQueryError):
+            pipeline(retriever).invoke({"question": "  "})
+        with pytest.raises(InvalidQueryError):
+            pipeline(retriever).invoke({"question": "ok", "limit": 0})
+
+
+class TestIdentityAndDeterminism:
+    def test_all_stages_inactive_equals_retrieve_and_slice(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        graph = pipeline(retriever)
+        context = Context(understanding=False, graph_fusion=False, reranker="none")
+        for question, limit in [
+            (QUESTION, 5),
+            ("kafka consumer lag", 3),
+            ("who leads payments", 8),
+        ]:
+            out = graph.invoke({"question": question, "limit": limit}, context=context)
+            direct = [c.to_dict() for c in retriever.retrieve(question, limit=limit)]
+            assert out["chunks"] == [{**c, "graph_boosted": False} for c in direct]
+
+    def test_deterministic_configuration_reproduces_byte_for_byte(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        graph = pipeline(retriever)
+        context = Context(
+            understanding=False, graph_fusion=True, reranker="none", candidate_pool=5
+        )
+        runs = [
+            graph.invoke({"question": QUESTION, "limit": 8}, context=context)
+            for _ in range(2)
+        ]
+        first, second = (json.dumps(r["chunks"], sort_keys=True) for r in runs)
+        assert first == second
+        assert without_timings(runs[0]["retrieval_debug"]) == without_timings(
+            runs[1]["retrieval_debug"]
+        )
+
+
+class TestUnderstanding:
+    def test_rewrite_subqueries_and_original_branch(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        judge = ScriptedJudge(
+            answer={
+                "rewrite": "auth gateway connection reset owner team",
+                "sub_queries": ["auth gateway owner", "session store pool exhaustion"],
+                "is_ambiguous": False,
+            }
+        )
+        graph = pipeline(retriever, judge=judge)
+        out = graph.invoke(
+            {"question": QUESTION}, context=Context(graph_fusion=False, reranker="none")
+        )
+        debug = out["retrieval_debug"]
+        assert debug["rewrite"] == "auth gateway connection reset owner team"
+        assert debug["sub_queries"] == [
+            "auth gateway owner",
+            "session store pool exhaustion",
+        ]
+        branches = {b["branch"]: b for b in debug["branches"]}
+        assert set(branches) == {"main", "original", "sub_query_1", "sub_query_2"}
+        assert branches["original"]["channels"] == ["lexical"]
+        assert len(judge.calls) == 1  # one structured judge call
+
+    def test_the_original_branch_keeps_a_rare_identifier_the_rewrite_dropped(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        judge = ScriptedJudge(
+            answer={"rewrite": "which gateway problem affects payments"}
+        )
+        graph = pipeline(retriever, judge=judge)
+        out = graph.invoke(
+            {"question": "SESSION_POOL_SIZE", "limit": 5},
+            context=Context(graph_fusion=False, reranker="none"),
+        )
+        assert any("SESSION_POOL_SIZE" in c["text"] for c in out["chunks"])
+
+    @pytest.mark.parametrize("error", ["timeout", "malformed"])
+    def test_judge_failure_falls_back_to_the_raw_question(
+        self, retriever: Retriever, corpus: None, error: str
+    ) -> None:
+        graph = pipeline(retriever, judge=ScriptedJudge(error=error))
+        out = graph.invoke(
+            {"question": QUESTION}, context=Context(graph_fusion=False, reranker="none")
+        )
+        debug = out["retrieval_debug"]
+        assert debug["rewrite"] is None and out["chunks"]
+        assert debug["fallbacks"][0]["stage"] == "understand_query"
+
+    def test_soft_filters_boost_but_never_exclude(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        context = Context(graph_fusion=False, reranker="none", candidate_pool=40)
+        plain = pipeline(
+            retriever, judge=ScriptedJudge(answer={"rewrite": "kafka consumer lag scaling partitions"})
+        )
+        boosted = pipeline(
+            retriever,
+            judge=ScriptedJudge(
+                answer={
+                    "rewrite": "kafka consumer lag scaling partitions",
+                    "filters": {"path_prefix": "services/"},
+                }
+            ),
+        )
+        before = plain.invoke(
+            {"question": "kafka consumer lag scaling partitions", "limit": 20}, context=context
+        )
+        after = boosted.invoke(
+            {"question": "kafka consumer lag scaling partitions", "limit": 20}, context=context
+        )
+        docs_before = [c["document_id"] for c in before["chunks"]]
+        docs_after = [c["document_id"] for c in after["chunks"]]
+        assert not docs_before[0].startswith("services/")
+        assert docs_after[0].startswith("services/")  # boosted ...
+        assert "runbooks/kafka-consumer-lag" in docs_after  # ... but nothing excluded
+
+    def test_freshness_intent_favours_recent_documents(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        context = Context(graph_fusion=False, reranker="none")
+        recent = pipeline(
+            retriever,
+            judge=ScriptedJudge(answer={"rewrite": "ledger", "freshness": "recent"}),
+        )
+        historical = pipeline(
+            retriever,
+            judge=ScriptedJudge(
+                answer={"rewrite": "ledger", "freshness": "historical"}
+            ),
+        )
+        a = recent.invoke({"question": "ledger", "limit": 10}, context=context)[
+            "chunks"
+        ]
+        b = historical.invoke({"question": "ledger", "limit": 10}, context=context)[
+            "chunks"
+        ]
+        assert a[0]["updated_at"] >= b[0]["updated_at"]
+
+
+class TestRerankStage:
+    @pytest.mark.parametrize("provider", [VoyageReranker, CohereReranker])
+    def test_reranker_scores_resort_the_pool(
+        self, retriever: Retriever, corpus: None, provider: type
+    ) -> None:
+        with rerank_peer() as (url, peer):
+            graph = pipeline(retriever, reranker=provider(api_key="k", base_url=url))
+            out = graph.invoke(
+                {"question": "kafka consumer lag partitions", "limit": 5},
+                context=Context(graph_fusion=False, candidate_pool=10),
+            )
+        debug = out["retrieval_debug"]
+        assert debug["reranked"] is True and debug["reranker_kind"].startswith(
+            provider.provider
+        )
+        scores = [c["rerank_score"] for c in out["chunks"]]
+        assert scores == sorted(scores, reverse=True) and all(
+            0 <= s <= 1 for s in scores
+        )
+        assert len(peer.requests[0]["documents"]) == 10  # the pool, never the corpus
+
+    @pytest.mark.parametrize("mode", ["http500", "malformed", "slow", "wrong_count"])
+    def test_any_reranker_error_falls_back_to_fused_order(
+        self, retriever: Retriever, corpus: None, mode: str
+    ) -> None:
+        context = Context(graph_fusion=False, candidate_pool=10, rerank_deadline_s=0.3)
+        fused = pipeline(retriever).invoke(
+            {"question": "kafka consumer lag", "limit": 5},
+            context=Context(
+                graph_fusion=True,
+                reranker="none",
+                candidate_pool=10,
+                max_hops=1,
+                graph_documents=0 or 1,
+                graph_chunks=1,
+            ),
+        )
+        with rerank_peer(PeerBehaviour(mode=mode, delay_s=1.0)) as (url, _):
+            graph = pipeline(
+                retriever, reranker=VoyageReranker(api_key="k", base_url=url)
+            )
+            out = graph.invoke(
+                {"question": "kafka consumer lag", "limit": 5}, context=context
+            )
+        debug = out["retrieval_debug"]
+        assert debug["reranked"] is False
+        assert debug["fallbacks"][0]["stage"] == "rerank"
+        assert all("rerank_score" not in c for c in out["chunks"])
+        assert out["chunks"][0]["chunk_id"] == fused["chunks"][0]["chunk_id"]

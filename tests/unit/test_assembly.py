@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import pytest
+
+from retrieval_pipeline.tools.assembly import AssemblyItem, assemble, jaccard, shingles
+from retrieval_pipeline.tools.tokens import CharEstimateCounter, default_token_counter
+
+CHARS = CharEstimateCounter()
+
+
+def item(cid: str, text: str, relevance: float, doc: str | None = None) -> AssemblyItem:
+    return AssemblyItem(cid, doc or f"doc-{cid}", text, relevance)
+
+
+PARAGRAPH = "The ledger service records every movement of money as a balanced posting."
+
+
+class TestShingles:
+    def test_normalisation_ignores_case_and_punctuation(self) -> None:
+        assert shingles("The Ledger, service!") == shingles("the ledger service")
+
+    def test_identical_texts_have_jaccard_one_and_disjoint_zero(self) -> None:
+        a, b = shingles(PARAGRAPH), shingles("completely different words here now")
+        assert jaccard(a, a) == 1.0 and jaccard(a, b) == 0.0
+
+
+class TestAssembly:
+    def test_empty_pool_assembles_nothing(self) -> None:
+        result = assemble([], CHARS)
+        assert result.selected == [] and result.tokens == 0
+
+    def test_the_highest_scored_chunk_is_always_first(self) -> None:
+        items = [
+            item("b", "beta text about kafka lag", 0.2),
+            item("a", "alpha about ledgers", 0.9),
+        ]
+        assert assemble(items, CHARS).selected[0] == "a"
+
+    def test_near_duplicates_are_dropped(self) -> None:
+        items = [
+            item("a", PARAGRAPH, 0.9),
+            item("b", PARAGRAPH + " ", 0.8),
+            item("c", PARAGRAPH.upper(), 0.7),
+            item("d", "Consumers commit offsets every thirty seconds on the bus.", 0.6),
+        ]
+        result = assemble(items, CHARS)
+        assert result.selected == ["a", "d"]
+        assert sorted(result.dropped_duplicates) == ["b", "c"]
+
+    @pytest.mark.parametrize(
+        "counter", [CHARS, default_token_counter()], ids=["chars", "tiktoken"]
+    )
+    def test_the_token_budget_is_never_exceeded(self, counter) -> None:  # type: ignore[no-untyped-def]
+        items = [
+            item(f"c{i:02d}", f"passage {i} " + "word " * (10 + i), 1.0 - i / 100)
+            for i in range(30)
+        ]
+        result = assemble(items, counter, token_budget=120)
+        assert result.tokens <= 120
+        assert result.tokens == sum(
+            counter.count(i.text) for i in items if i.chunk_id in result.selected
+        )
+        assert result.dropped_budget
+
+    def test_the_chunk_cap_is_respected(self) -> None:
+        items = [
+            item(
+                f"c{i:02d}", f"distinct passage number {i} about topic {i}", 1 - i / 50
+            )
+            for i in range(40)
+        ]
+        assert len(assemble(items, CHARS, max_chunks=20).selected) == 20
+
+    def test_mmr_prefers_novel_evidence_over_a_redundant_stronger_chunk(self) -> None:
+        base = "kafka consumer lag grows when consumers stall and partitions pile up"
+        items = [
+            item("a", base, 1.0),
+            item(
+                "b", base + " quickly today", 0.95
+            ),  # redundant with a, not a duplicate
+            item(
+                "c", "the ledger reconciles balances against bank settlement files", 0.9
+            ),
+        ]
+        result = assemble(items, CHARS, max_chunks=2, duplicate_jaccard=0.99)
+        assert result.selected == ["a", "c"]
+
+    def test_lambda_one_is_pure_relevance(self) -> None:
+        base = "kafka consumer lag grows when consumers stall and partitions pile up"
+        items = [
+            item("a", base, 1.0),
+            item("b", base + " quickly today", 0.95),
+            item("c", "other words entirely", 0.9),
+        ]
+        result = assemble(
+            items, CHARS, max_chunks=2, mmr_lambda=1.0, duplicate_jaccard=0.99
+        )
+        assert result.selected == ["a", "b"]
+
+    def test_one_document_cannot_take_more_than_its_share(self) -> None:
+        items = [
+            item(
+                f"a{i}",
+                f"section {i} of the long runbook " + "text " * 40,
+                1 - i / 10,
+                doc="runbook",
+            )
+            for i in range(6)
+        ]
+        items.append(
+            item("z", "independent evidence from another source " + "word " * 40, 0.1)
+        )
+        result = assemble(items, CHARS, token_budget=400, document_share=0.5)
+        from_runbook = [c for c in result.selected if c.startswith("a")]
+        assert (
+            sum(CHARS.count(i.text) for i in items if i.chunk_id in from_runbook) <= 200
+        )
+        assert "z" in result.selected and result.dropped_document_share
+
+    def test_assembly_is_deterministic(self) -> None:
+        items = [item(f"c{i}", f"passage {i % 5} text {i}", 0.5) for i in range(25)]
+        assert (
+            assemble(items, CHARS).selected
+            == assemble(list(reversed(items)), CHARS).selected
+        )
+
+    def test_invalid_settings_are_rejected(self) -> None:
+        with pytest.raises(ValueError):
+            assemble([item("a", "x", 1.0)], CHARS, token_budget=0)
+        with pytest.raises(ValueError):
+            assemble([item("a", "x", 1.0)], CHARS, mmr_lambda=1.5)

@@ -1,0 +1,140 @@
+"""Token-budget context assembly: MMR over shingles, near-duplicate drop, front-loading.
+
+Deterministic by construction (no embeddings, no randomness, ties broken by chunk id),
+so the same pool always assembles to the same bytes.
+
+- Relevance is the reranker score when present, else the fused score, divided by
+  the pool's best score so lambda means the same thing for both.
+- Redundancy is the Jaccard similarity of normalised word 3-shingles (Broder 1997).
+- Greedy Maximal Marginal Relevance (Carbonell & Goldstein 1998) with lambda 0.7.
+- A chunk with Jaccard >= 0.9 to an already-selected chunk is dropped outright.
+- A per-document share of the budget keeps one long document from crowding out
+  independent evidence (spec: context construction, "group passages by source").
+- Selection stops at the token budget or the chunk cap; the output is ordered by
+  relevance so the strongest evidence leads ("lost in the middle", Liu et al. 2024).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from retrieval_pipeline.graph.context import (
+    DOCUMENT_SHARE,
+    DUPLICATE_JACCARD,
+    MAX_CHUNKS,
+    MMR_LAMBDA,
+    SHINGLE_SIZE,
+    TOKEN_BUDGET,
+)
+from retrieval_pipeline.tools.tokens import TokenCounter
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def shingles(text: str, size: int = SHINGLE_SIZE) -> frozenset[str]:
+    """Normalised word ``size``-shingles (lower-cased, punctuation dropped)."""
+    words = [w.casefold() for w in _WORD.findall(text)]
+    if len(words) < size:
+        return frozenset([" ".join(words)]) if words else frozenset()
+    return frozenset(
+        " ".join(words[i : i + size]) for i in range(len(words) - size + 1)
+    )
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """|a ∩ b| / |a ∪ b|; two empty sets are identical."""
+    if not a and not b:
+        return 1.0
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+@dataclass(frozen=True)
+class AssemblyItem:
+    """One candidate for the context."""
+
+    chunk_id: str
+    document_id: str
+    text: str
+    relevance: float
+
+
+@dataclass
+class AssemblyResult:
+    """What the assembler chose, and why the rest was left out."""
+
+    selected: list[str]  # chunk ids, strongest evidence first
+    tokens: int
+    dropped_duplicates: list[str] = field(default_factory=list)
+    dropped_budget: list[str] = field(default_factory=list)
+    dropped_document_share: list[str] = field(default_factory=list)
+
+
+def assemble(
+    items: Sequence[AssemblyItem],
+    counter: TokenCounter,
+    *,
+    token_budget: int = TOKEN_BUDGET,
+    max_chunks: int = MAX_CHUNKS,
+    mmr_lambda: float = MMR_LAMBDA,
+    duplicate_jaccard: float = DUPLICATE_JACCARD,
+    document_share: float = DOCUMENT_SHARE,
+) -> AssemblyResult:
+    """Select and order chunks for a context window (see module docstring)."""
+    if token_budget < 1 or max_chunks < 1:
+        raise ValueError("token_budget and max_chunks must be positive")
+    if not 0.0 <= mmr_lambda <= 1.0 or not 0.0 < duplicate_jaccard <= 1.0:
+        raise ValueError("mmr_lambda must be in [0, 1] and duplicate_jaccard in (0, 1]")
+    if not items:
+        return AssemblyResult([], 0)
+    # Scale by the best score so relevance and Jaccard share [0, 1] while keeping
+    # the gaps proportional (min-max would make the weakest candidate worthless).
+    low = min(item.relevance for item in items)
+    shift = -low if low < 0 else 0.0
+    top = max(item.relevance for item in items) + shift or 1.0
+    norm = {item.chunk_id: (item.relevance + shift) / top for item in items}
+    grams = {item.chunk_id: shingles(item.text) for item in items}
+    tokens = {item.chunk_id: counter.count(item.text) for item in items}
+    # Strongest first, ties by id: the first pick is always the top-scored chunk.
+    remaining = sorted(items, key=lambda i: (-i.relevance, i.chunk_id))
+    per_document_cap = max(1, int(token_budget * document_share))
+    result = AssemblyResult([], 0)
+    used_by_document: dict[str, int] = {}
+    chosen: list[AssemblyItem] = []
+    while remaining and len(chosen) < max_chunks:
+        best: AssemblyItem | None = None
+        best_score = float("-inf")
+        for item in remaining:
+            redundancy = max(
+                (jaccard(grams[item.chunk_id], grams[c.chunk_id]) for c in chosen),
+                default=0.0,
+            )
+            score = mmr_lambda * norm[item.chunk_id] - (1 - mmr_lambda) * redundancy
+            if score > best_score:  # strict: earlier (stronger, lower id) wins ties
+                best, best_score = item, score
+        assert best is not None
+        remaining.remove(best)
+        if any(
+            jaccard(grams[best.chunk_id], grams[c.chunk_id]) >= duplicate_jaccard
+            for c in chosen
+        ):
+            result.dropped_duplicates.append(best.chunk_id)
+            continue
+        cost = tokens[best.chunk_id]
+        if result.tokens + cost > token_budget:
+            result.dropped_budget.append(best.chunk_id)
+            continue
+        # The first passage of a document always fits its share; later ones must.
+        used = used_by_document.get(best.document_id, 0)
+        if used and used + cost > per_document_cap:
+            result.dropped_document_share.append(best.chunk_id)
+            continue
+        chosen.append(best)
+        used_by_document[best.document_id] = used + cost
+        result.tokens += cost
+    # Front-load: strongest evidence first (MMR order only decided membership).
+    chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))
+    result.selected = [item.chunk_id for item in chosen]
+    return result

@@ -1,0 +1,221 @@
+"""Entity-graph local search in SQL (GraphRAG-style), scoped by access control.
+
+1. Seed entities: those mentioned in the seed chunks' documents, rolled up to their
+   canonical entity, served lifecycle only, ranked by mention count (top 8).
+2. Frontier expansion, 1-2 hops, over two kinds of edge: typed relations, and "the
+   home document of A mentions B" (how a wiki page links its neighbours). A
+   neighbour's weight is damped by the inverse log of its degree, so hubs cannot
+   dominate, and each hop keeps at most ``frontier_cap`` entities, which bounds cost.
+3. Resolution: entities to documents (their home document, then documents that
+   mention them), strongest first.
+
+Every edge, mention and document is filtered by the caller's tenant, principals and
+document scope inside the SQL: evidence from documents the caller cannot see neither
+creates edges nor appears in the result, so graph fusion reveals nothing about them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from retrieval_pipeline.tools.store.store import AccessScope, Store
+
+# Documents the caller may see (alias `d`): the same semantics as the chunk filter.
+_DOC_FILTER = sql.SQL(
+    "d.tenant = %(tenant)s"
+    " AND (d.acl = '{}'::text[] OR d.acl && %(principals)s::text[])"
+)
+_DOC_SCOPE = sql.SQL(" AND d.id = ANY(%(doc_keys)s::text[])")
+
+SEED_ENTITIES = sql.SQL(
+    """
+SELECT coalesce(e.canonical_id, e.id) AS entity_id, sum(m.count)::float8 AS mentions
+FROM mentions m
+JOIN documents d ON d.id = m.document_id
+JOIN entities e ON e.id = m.entity_id
+LEFT JOIN entities c ON c.id = e.canonical_id
+WHERE m.document_id = ANY(%(seed_docs)s::text[]) AND {doc_filter}
+  AND e.lifecycle = 'served' AND coalesce(c.lifecycle, 'served') = 'served'
+GROUP BY 1
+ORDER BY mentions DESC, entity_id
+LIMIT %(top)s
+"""
+)
+
+NEIGHBOURS = sql.SQL(
+    """
+WITH frontier AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(weights)s::float8[]) AS f(entity_id, weight)
+),
+members AS (  -- the frontier's canonical entities and their aliases
+    SELECT e.id, coalesce(e.canonical_id, e.id) AS canonical
+    FROM entities e
+    WHERE e.id = ANY(%(ids)s::text[]) OR e.canonical_id = ANY(%(ids)s::text[])
+),
+relation_edges AS (
+    SELECT ms.canonical AS src, coalesce(t.canonical_id, t.id) AS dst,
+           r.weight::float8 AS w
+    FROM relations r
+    JOIN members ms ON ms.id = r.source_id
+    JOIN entities t ON t.id = r.target_id
+    JOIN documents d ON d.id = r.document_id
+    WHERE t.lifecycle = 'served' AND {doc_filter}
+    UNION ALL
+    SELECT mt.canonical, coalesce(s.canonical_id, s.id), r.weight::float8
+    FROM relations r
+    JOIN members mt ON mt.id = r.target_id
+    JOIN entities s ON s.id = r.source_id
+    JOIN documents d ON d.id = r.document_id
+    WHERE s.lifecycle = 'served' AND {doc_filter}
+),
+page_edges AS (  -- the home document of a frontier entity mentions another entity
+    SELECT h.id AS src, coalesce(o.canonical_id, o.id) AS dst,
+           least(m.count, 3)::float8 / 3 AS w
+    FROM entities h
+    JOIN documents d ON d.id = h.home_document_id
+    JOIN mentions m ON m.document_id = h.home_document_id
+    JOIN entities o ON o.id = m.entity_id
+    WHERE h.id = ANY(%(ids)s::text[]) AND o.lifecycle = 'served' AND {doc_filter}
+),
+edges AS (
+    SELECT src, dst, w FROM relation_edges UNION ALL SELECT src, dst, w FROM page_edges
+),
+candidates AS (
+    SELECT e.dst AS entity_id, sum(f.weight * e.w) AS raw
+    FROM edges e JOIN frontier f ON f.entity_id = e.src
+    WHERE e.dst <> ALL(%(exclude)s::text[])
+    GROUP BY e.dst
+),
+degree AS (  -- visible documents mentioning each candidate
+    SELECT c.entity_id, count(DISTINCT m.document_id) AS n
+    FROM candidates c
+    JOIN entities a ON a.id = c.entity_id OR a.canonical_id = c.entity_id
+    JOIN mentions m ON m.entity_id = a.id
+    JOIN documents d ON d.id = m.document_id
+    WHERE {doc_filter}
+    GROUP BY c.entity_id
+)
+SELECT c.entity_id, c.raw / ln(2 + coalesce(g.n, 0)) AS weight
+FROM candidates c
+JOIN entities ce ON ce.id = c.entity_id AND ce.lifecycle = 'served'
+LEFT JOIN degree g ON g.entity_id = c.entity_id
+ORDER BY weight DESC, c.entity_id
+LIMIT %(cap)s
+"""
+)
+
+ENTITY_DOCUMENTS = sql.SQL(
+    """
+WITH weighted AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(weights)s::float8[]) AS w(entity_id, weight)
+),
+members AS (
+    SELECT e.id, coalesce(e.canonical_id, e.id) AS canonical, e.home_document_id
+    FROM entities e
+    WHERE e.id = ANY(%(ids)s::text[]) OR e.canonical_id = ANY(%(ids)s::text[])
+),
+evidence AS (
+    SELECT m.home_document_id AS document_id, w.weight AS score
+    FROM members m JOIN weighted w ON w.entity_id = m.canonical
+    WHERE m.home_document_id IS NOT NULL
+    UNION ALL
+    SELECT mn.document_id, w.weight * 0.5
+    FROM members m
+    JOIN weighted w ON w.entity_id = m.canonical
+    JOIN mentions mn ON mn.entity_id = m.id
+)
+SELECT e.document_id, max(e.score) AS score
+FROM evidence e JOIN documents d ON d.id = e.document_id
+WHERE {doc_filter}
+GROUP BY e.document_id
+ORDER BY score DESC, e.document_id
+LIMIT %(cap)s
+"""
+)
+
+
+@dataclass(frozen=True)
+class GraphExpansion:
+    """What graph fusion found: weighted entities per hop and resolved documents."""
+
+    seeds: list[tuple[str, float]]
+    hops: list[list[tuple[str, float]]]
+    documents: list[tuple[str, float]]  # internal document ids, strongest first
+
+
+class GraphStore:
+    """Local search over the entity graph of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @staticmethod
+    def _filter(scope: AccessScope) -> sql.Composable:
+        if scope.doc_keys is None:
+            return _DOC_FILTER
+        return sql.Composed([_DOC_FILTER, _DOC_SCOPE])
+
+    def expand(
+        self,
+        seed_documents: Sequence[str],
+        scope: AccessScope,
+        *,
+        top_entities: int,
+        max_hops: int,
+        frontier_cap: int,
+        document_cap: int,
+    ) -> GraphExpansion:
+        """Run the three steps for seed documents (internal ids) under a scope."""
+        if not seed_documents:
+            return GraphExpansion([], [], [])
+        doc_filter = self._filter(scope)
+        params = scope.params()
+        with self.store.connection() as conn:
+            seeds = [
+                (r[0], float(r[1]))
+                for r in conn.execute(
+                    SEED_ENTITIES.format(doc_filter=doc_filter),
+                    params | {"seed_docs": list(seed_documents), "top": top_entities},
+                ).fetchall()
+            ]
+            if not seeds:
+                return GraphExpansion([], [], [])
+            top = max(w for _, w in seeds)
+            frontier = [(entity, weight / top) for entity, weight in seeds]
+            reached: dict[str, float] = dict(frontier)
+            hops: list[list[tuple[str, float]]] = []
+            statement = NEIGHBOURS.format(doc_filter=doc_filter)
+            for _ in range(max_hops - 1):
+                if not frontier:
+                    break
+                rows = conn.execute(
+                    statement,
+                    params
+                    | {
+                        "ids": [e for e, _ in frontier],
+                        "weights": [w for _, w in frontier],
+                        "exclude": list(reached),
+                        "cap": frontier_cap,
+                    },
+                ).fetchall()
+                frontier = [(r[0], float(r[1])) for r in rows]
+                hops.append(frontier)
+                for entity, weight in frontier:
+                    reached[entity] = max(reached.get(entity, 0.0), weight)
+            ordered = sorted(reached.items(), key=lambda kv: (-kv[1], kv[0]))
+            documents = [
+                (r[0], float(r[1]))
+                for r in conn.execute(
+                    ENTITY_DOCUMENTS.format(doc_filter=doc_filter),
+                    params
+                    | {
+                        "ids": [e for e, _ in ordered],
+                        "weights": [w for _, w in ordered],
+                        "cap": document_cap,
+                    },
+                ).fetchall()
+            ]
+        return GraphExpansion(seeds, hops, documents)
