@@ -53,8 +53,8 @@ def make_assemble_context(
     def assemble_context(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
         ctx = context_of(runtime)
         pool = state.get("candidate_pool", {})
+        # The whole pool: every branch's wide retrieve plus what graph fusion added.
         ranked = sorted(pool.values(), key=lambda c: (-relevance(c), c["chunk_id"]))
-        ranked = ranked[: ctx.candidate_pool]
         scope = resources.retriever.scope(
             principals=state.get("principals") or [],
             tenant=state.get("tenant"),

@@ -26,8 +26,9 @@ def make_rerank(
         reranker = resources.reranker_for(ctx.reranker)
         debug: dict[str, Any] = {"reranker_kind": reranker.kind, "reranked": False}
         pool = state.get("candidate_pool", {})
+        # The whole pool (branches + graph additions), bounded by construction:
+        # at most 1 + 1 + 3 branches of ``candidate_pool`` plus ``graph_chunks``.
         top = sorted(pool.values(), key=lambda c: (-c["score"], c["chunk_id"]))
-        top = top[: ctx.candidate_pool]
         scope = resources.retriever.scope(
             principals=state.get("principals") or [],
             tenant=state.get("tenant"),

@@ -222,7 +222,10 @@ class TestUnderstanding:
     ) -> None:
         context = Context(graph_fusion=False, reranker="none", candidate_pool=40)
         plain = pipeline(
-            retriever, judge=ScriptedJudge(answer={"rewrite": "kafka consumer lag scaling partitions"})
+            retriever,
+            judge=ScriptedJudge(
+                answer={"rewrite": "kafka consumer lag scaling partitions"}
+            ),
         )
         boosted = pipeline(
             retriever,
@@ -234,10 +237,12 @@ class TestUnderstanding:
             ),
         )
         before = plain.invoke(
-            {"question": "kafka consumer lag scaling partitions", "limit": 20}, context=context
+            {"question": "kafka consumer lag scaling partitions", "limit": 20},
+            context=context,
         )
         after = boosted.invoke(
-            {"question": "kafka consumer lag scaling partitions", "limit": 20}, context=context
+            {"question": "kafka consumer lag scaling partitions", "limit": 20},
+            context=context,
         )
         docs_before = [c["document_id"] for c in before["chunks"]]
         docs_after = [c["document_id"] for c in after["chunks"]]
