@@ -9,6 +9,7 @@ occurrence. Results keep per-query values for paired tests and slices.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from retrieval_pipeline.eval.datasets import BeirDataset
 from retrieval_pipeline.eval.metrics import chunks_to_documents, evaluate
 from retrieval_pipeline.eval.stats import bootstrap_ci, paired_test
+from retrieval_pipeline.graph.context import Context
 from retrieval_pipeline.ingest.job import Ingestor, IngestSummary
 from retrieval_pipeline.tools.retrieve import (
     RetrievalTrace,
@@ -27,6 +29,7 @@ from retrieval_pipeline.tools.retrieve import (
 DEFAULT_KS = (1, 5, 10, 20, 100)
 HEADLINE = "ndcg@10"
 RUN_DEPTH = 100  # chunks per channel and per ranked list
+PIPELINE_LIMIT = 20  # the assembler's hard cap: enough for @10 and @20 metrics
 
 
 @dataclass(frozen=True)
@@ -48,18 +51,45 @@ class ChannelConfig:
         return [chunk_id for chunk_id, _ in fused]
 
 
-CONFIGS: dict[str, ChannelConfig] = {
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The LangGraph pipeline with given stage toggles; its output is evaluated."""
+
+    name: str
+    context: Context
+    description: str = ""
+    limit: int = PIPELINE_LIMIT
+
+
+CONFIGS: dict[str, ChannelConfig | PipelineConfig] = {
     "lexical": ChannelConfig("lexical", ("lexical",), description="BM25 in PostgreSQL"),
     "dense": ChannelConfig("dense", ("dense",), description="pgvector cosine (HNSW)"),
     "hybrid": ChannelConfig(
         "hybrid", ("lexical", "dense"), description="RRF(lexical, dense), k = 60"
     ),
+    "pipeline": PipelineConfig(
+        "pipeline",
+        Context(understanding=False, graph_fusion=True, reranker="none"),
+        "deterministic pipeline: wide hybrid + graph fusion + assembly",
+    ),
+    "pipeline+rerank": PipelineConfig(
+        "pipeline+rerank",
+        Context(understanding=False, graph_fusion=True, reranker="auto"),
+        "pipeline with the reranker the environment provides",
+    ),
+    "pipeline+understanding": PipelineConfig(
+        "pipeline+understanding",
+        Context(understanding=True, graph_fusion=True, reranker="auto"),
+        "every stage the environment provides",
+    ),
 }
 
 
-def resolve_configs(names: Sequence[str] | None) -> list[ChannelConfig]:
+def resolve_configs(
+    names: Sequence[str] | None,
+) -> list[ChannelConfig | PipelineConfig]:
     """Look up configurations by name; raise a ValueError listing the valid ones."""
-    chosen = list(names) if names else list(CONFIGS)
+    chosen = list(names) if names else ["lexical", "dense", "hybrid"]
     unknown = [n for n in chosen if n not in CONFIGS]
     if unknown:
         raise ValueError(f"unknown config {unknown}; valid: {', '.join(CONFIGS)}")
@@ -170,6 +200,48 @@ class EvalReport:
             for row in rows
         ]
         return f"{self.dataset}: {self.queries} queries\n" + "\n".join(lines)
+
+
+def run_configs(
+    dataset: BeirDataset,
+    retriever: Retriever,
+    configs: Sequence[ChannelConfig | PipelineConfig],
+    *,
+    judge: Any | None = None,
+    ks: Sequence[int] = DEFAULT_KS,
+) -> EvalReport:
+    """Evaluate channel and pipeline configurations, in the order given."""
+    channel = [c for c in configs if isinstance(c, ChannelConfig)]
+    report = run_channel_configs(dataset, retriever, channel, ks=ks)
+    results = {r.name: r for r in report.results}
+    pipeline = [c for c in configs if isinstance(c, PipelineConfig)]
+    if pipeline:
+        from retrieval_pipeline.graph.builder import build_pipeline
+        from retrieval_pipeline.graph.resources import PipelineResources
+
+        graph = build_pipeline(PipelineResources(retriever=retriever, judge=judge))
+        for config in pipeline:
+            run: dict[str, list[str]] = {}
+            latencies = []
+            for qid, text in sorted(dataset.queries.items()):
+                started = time.perf_counter()
+                output = graph.invoke(
+                    {"question": text, "limit": config.limit, "tenant": dataset.tenant},
+                    context=config.context,
+                )
+                latencies.append((time.perf_counter() - started) * 1000)
+                run[qid] = chunks_to_documents(
+                    [c["document_id"] for c in output["chunks"]]
+                )
+            results[config.name] = ConfigResult(
+                config.name,
+                config.description,
+                evaluate(run, dataset.qrels, ks=ks),
+                run,
+            )
+            report.timings_ms[f"{config.name}_p50"] = statistics.median(latencies)
+    report.results = [results[c.name] for c in configs]
+    return report
 
 
 def run_channel_configs(

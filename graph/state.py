@@ -128,3 +128,25 @@ class PipelineState(TypedDict):
     """The final ranked chunks with provenance."""
     retrieval_debug: Annotated[dict[str, Any], merge_debug]
     """Counters, timings, fallbacks (serialised in camelCase by :func:`to_json`)."""
+
+
+def camel(name: str) -> str:
+    """snake_case to camelCase (``candidate_pool`` -> ``candidatePool``)."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def to_json(output: PipelineOutput | dict[str, Any]) -> dict[str, Any]:
+    """The JSON form: ``chunks`` plus ``retrievalDebug`` in the spec's camelCase.
+
+    Chunks keep their snake_case fields (they are data, not the spec's debug block).
+    """
+    debug = output.get("retrieval_debug", {})
+    converted: dict[str, Any] = {}
+    for key, value in debug.items():
+        if key == "stage_ms" and isinstance(value, dict):
+            value = {camel(stage): ms for stage, ms in value.items()}
+        elif key in ("branches", "fallbacks") and isinstance(value, list):
+            value = [{camel(k): v for k, v in item.items()} for item in value]
+        converted[camel(key)] = value
+    return {"chunks": output.get("chunks", []), "retrievalDebug": converted}

@@ -89,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--embeddings", default=None, help="embedder (must match the index)"
     )
     query.add_argument(
+        "--no-understanding", action="store_true", help="skip query understanding"
+    )
+    query.add_argument("--no-graph", action="store_true", help="skip graph fusion")
+    query.add_argument(
+        "--reranker",
+        default="auto",
+        help="auto (default), voyage, cohere, onnx or none",
+    )
+    query.add_argument(
         "--json", action="store_true", help="print the machine-readable form"
     )
 
@@ -165,35 +174,60 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
+    from retrieval_pipeline.graph.builder import build_pipeline
+    from retrieval_pipeline.graph.context import Context
+    from retrieval_pipeline.graph.resources import PipelineResources
+    from retrieval_pipeline.graph.state import to_json
     from retrieval_pipeline.tools.embeddings import resolve_embedder
+    from retrieval_pipeline.tools.judge import resolve_judge
     from retrieval_pipeline.tools.retrieve import Retriever, check_limit, clean_query
     from retrieval_pipeline.tools.store import open_store
 
     question = clean_query(args.question)  # fail fast, before starting anything
     check_limit(args.limit)
+    context = Context(
+        understanding=not args.no_understanding,
+        graph_fusion=not args.no_graph,
+        reranker=args.reranker,
+    )
     with open_store() as store:
-        retriever = Retriever(store, resolve_embedder(args.embeddings))
-        chunks = retriever.retrieve(
-            question,
-            limit=args.limit,
-            doc_ids=args.doc_ids,
-            principals=args.principals,
-            tenant=args.tenant,
+        resources = PipelineResources(
+            retriever=Retriever(store, resolve_embedder(args.embeddings)),
+            judge=resolve_judge(),
         )
+        state: dict[str, Any] = {
+            "question": question,
+            "limit": args.limit,
+            "principals": args.principals,
+            "tenant": args.tenant,
+            "doc_ids": args.doc_ids,
+        }
+        output = build_pipeline(resources).invoke(state, context=context)
     if args.json:
-        _print_json({"chunks": [c.to_dict() for c in chunks]})
+        _print_json(to_json(output))
         return 0
+    chunks = output["chunks"]
     if not chunks:
         print("no matching chunks (check --principals/--tenant, or ingest documents)")
     for rank, chunk in enumerate(chunks, start=1):
-        ranks = ", ".join(f"{c} #{r}" for c, r in chunk.ranks.items())
-        heading = " > ".join(chunk.heading_path) or chunk.title
+        ranks = ", ".join(f"{c} #{r}" for c, r in chunk["ranks"].items())
+        heading = " > ".join(chunk["heading_path"]) or chunk["title"]
+        tag = "  [graph]" if chunk["graph_boosted"] else ""
+        score = chunk.get("rerank_score", chunk["score"])
         print(
-            f"{rank}. [{chunk.score:.4f}] {chunk.document_id} :: {heading}  ({ranks})"
+            f"{rank}. [{score:.4f}] {chunk['document_id']} :: {heading}  ({ranks}){tag}"
         )
-        print(f"   {chunk.source_uri}  chars {chunk.char_start}-{chunk.char_end}")
-        snippet = " ".join(chunk.body.split())
+        print(
+            f"   {chunk['source_uri']}  chars {chunk['char_start']}-{chunk['char_end']}"
+        )
+        snippet = " ".join(chunk["text"].split())
         print(f"   {snippet[:240]}{'...' if len(snippet) > 240 else ''}")
+    debug = output["retrieval_debug"]
+    print(
+        f"-- {debug.get('path')}: pool {debug.get('candidate_pool')}, graph added "
+        f"{debug.get('graph_added')}, reranker {debug.get('reranker_kind')}, "
+        f"{debug.get('assembled_tokens')} tokens ({debug.get('token_method')})"
+    )
     return 0
 
 
@@ -202,11 +236,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from retrieval_pipeline.eval.runner import (
         ensure_ingested,
         resolve_configs,
-        run_channel_configs,
+        run_configs,
         write_trec_run,
     )
     from retrieval_pipeline.ingest.job import Ingestor
     from retrieval_pipeline.tools.embeddings import resolve_embedder
+    from retrieval_pipeline.tools.judge import resolve_judge
     from retrieval_pipeline.tools.retrieve import Retriever
     from retrieval_pipeline.tools.store import open_store
 
@@ -229,7 +264,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             f"{summary.skipped} unchanged (cached)",
             file=sys.stderr,
         )
-        report = run_channel_configs(dataset, Retriever(store, embedder), configs)
+        report = run_configs(
+            dataset, Retriever(store, embedder), configs, judge=resolve_judge()
+        )
     report.slices = slices
     print(report.table())
     for name, ids in slices.items():

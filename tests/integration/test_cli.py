@@ -42,6 +42,22 @@ class TestCli:
         assert {"chunk_id", "source_uri", "revision", "char_start", "ranks"} <= set(
             first
         )
+        assert "graph_boosted" in first
+        debug = payload["retrievalDebug"]
+        expected = {
+            "candidatePool",
+            "graphAdded",
+            "reranked",
+            "assembledTokens",
+            "rewrite",
+            "rerankerKind",
+            "subQueries",
+            "stageMs",
+            "tokenMethod",
+            "indexRevision",
+        }
+        assert expected <= set(debug)
+        assert debug["rerankerKind"] == "none" and debug["reranked"] is False
 
     def test_principals_unlock_restricted_documents(
         self, ingested: Store, capsys: pytest.CaptureFixture[str]

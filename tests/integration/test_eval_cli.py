@@ -107,4 +107,31 @@ class TestEvalCommand:
         self, store: Store, tiny_beir: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         assert main(["eval", "--dataset", str(tiny_beir), "--config", "magic"]) == 2
-        assert "valid: lexical, dense, hybrid" in capsys.readouterr().err
+        assert "valid: lexical, dense, hybrid, pipeline" in capsys.readouterr().err
+
+    def test_the_pipeline_output_itself_is_evaluated(
+        self,
+        store: Store,
+        tiny_beir: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        out = tmp_path / "r.json"
+        argv = [
+            "eval",
+            "--dataset",
+            str(tiny_beir),
+            "--config",
+            "hybrid",
+            "--config",
+            "pipeline",
+            "--out",
+            str(out),
+        ]
+        assert main(argv) == 0
+        report = json.loads(out.read_text())
+        assert list(report["configs"]) == ["hybrid", "pipeline"]
+        assert report["configs"]["pipeline"]["summary"]["ndcg@10"][
+            "mean"
+        ] == pytest.approx(1.0)
+        assert "pipeline" in report["comparisons"]["ndcg@10"]
