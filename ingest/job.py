@@ -242,6 +242,9 @@ class Ingestor:
         finally:
             bar.close()
         link_started = time.perf_counter()
+        if written_ids:
+            # Fresh statistics keep the channel queries on their index plans.
+            self.store.analyze()
         for tenant in sorted(tenants):
             # New entity names can appear in documents written earlier: relink them all.
             scope = None if graph_changed else list(written_ids)

@@ -10,43 +10,43 @@ from __future__ import annotations
 from psycopg import sql
 
 # --- access control: applied to the chunk row in every channel, before ranking ------
-TENANT_FILTER = sql.SQL("c.tenant = %(tenant)s")
+TENANT_FILTER = "{a}.tenant = %(tenant)s"
 # A chunk without principals is public; otherwise the caller must hold one of them.
-ACL_FILTER = sql.SQL("(c.acl = '{}'::text[] OR c.acl && %(principals)s::text[])")
-SCOPE_FILTER = sql.SQL("c.document_id = ANY(%(doc_keys)s::text[])")
+ACL_FILTER = "({a}.acl = '{{}}'::text[] OR {a}.acl && %(principals)s::text[])"
+SCOPE_FILTER = "{a}.document_id = ANY(%(doc_keys)s::text[])"
 
 # --- lexical channel: BM25 from postings maintained at ingest -----------------------
 # Okapi BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf
 # ln(1 + (N - df + 0.5) / (df + 0.5)). Candidates are an OR over the query's lexemes,
-# so one absent word never empties the result. Chunks containing an exact identifier
-# from the query (ERR_CONN_RESET, v2.3.1, getUserById) rank first: an exact token
-# match is the strongest lexical evidence there is.
+# so one absent word never empties the result. The query's lexemes and their idf are
+# fetched first (a handful of rows), then passed as arrays, so the postings lookup is
+# an index range scan per lexeme whatever the planner's statistics say; postings
+# carry the chunk length, ACL and document, so scoring and filtering need no join.
+# Chunks containing an exact identifier from the query (ERR_CONN_RESET, v2.3.1,
+# getUserById) rank first: an exact token match is the strongest lexical evidence.
+QUERY_TERM_WEIGHTS = """
+SELECT t.lexeme,
+       ln(1 + (greatest(cs.chunk_count, 1) - ts.df + 0.5) / (ts.df + 0.5)) AS idf,
+       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl
+FROM (SELECT DISTINCT lexeme
+      FROM unnest(to_tsvector('english'::regconfig, %(query)s))) AS t
+JOIN term_stats ts ON ts.tenant = %(tenant)s AND ts.lexeme = t.lexeme AND ts.df > 0
+JOIN corpus_stats cs ON cs.tenant = %(tenant)s
+"""
+
 LEXICAL_BM25 = sql.SQL(
     """
-WITH query_terms AS (
-    SELECT DISTINCT t.lexeme
-    FROM unnest(to_tsvector('english'::regconfig, %(query)s)) AS t
-),
-stats AS (
-    SELECT greatest(chunk_count, 1)::float8 AS n,
-           greatest(total_length, 1)::float8 / greatest(chunk_count, 1) AS avgdl
-    FROM corpus_stats WHERE tenant = %(tenant)s
-),
-weighted AS (
-    SELECT s.lexeme, ln(1 + (stats.n - s.df + 0.5) / (s.df + 0.5)) AS idf
-    FROM term_stats s JOIN query_terms q USING (lexeme) CROSS JOIN stats
-    WHERE s.tenant = %(tenant)s AND s.df > 0
+WITH weighted AS (
+    SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf)
 ),
 bm25 AS (
     SELECT p.chunk_id,
            sum(w.idf * p.tf * (%(k1)s + 1)
-               / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * c.lexeme_count / stats.avgdl)))
+               / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.doc_len / %(avgdl)s)))
                AS score
     FROM weighted w
     JOIN chunk_terms p ON p.tenant = %(tenant)s AND p.lexeme = w.lexeme
-    JOIN chunks c ON c.id = p.chunk_id
-    CROSS JOIN stats
-    WHERE {filters}
+    WHERE {posting_filters}
     GROUP BY p.chunk_id
 ),
 exact AS (
@@ -54,7 +54,8 @@ exact AS (
            cardinality(ARRAY(SELECT unnest(c.identifiers)
                              INTERSECT SELECT unnest(%(identifiers)s::text[]))) AS hits
     FROM chunks c
-    WHERE c.identifiers && %(identifiers)s::text[] AND {filters}
+    WHERE cardinality(%(identifiers)s::text[]) > 0
+      AND c.identifiers && %(identifiers)s::text[] AND {filters}
 )
 SELECT coalesce(b.chunk_id, e.chunk_id) AS chunk_id,
        coalesce(e.hits, 0) AS identifier_hits,
@@ -153,8 +154,9 @@ FROM STDIN
 """
 
 INSERT_POSTINGS = """
-INSERT INTO chunk_terms (tenant, lexeme, chunk_id, tf)
-SELECT c.tenant, t.lexeme, c.id, cardinality(t.positions)
+INSERT INTO chunk_terms (tenant, lexeme, chunk_id, tf, doc_len, acl, document_id)
+SELECT c.tenant, t.lexeme, c.id, cardinality(t.positions),
+       sum(cardinality(t.positions)) OVER (PARTITION BY c.id), c.acl, c.document_id
 FROM chunks c, unnest(c.tsv_prose) AS t
 WHERE c.document_id = %(document_id)s
 """

@@ -78,12 +78,18 @@ class AccessScope:
     tenant: str = ""
     doc_keys: tuple[str, ...] | None = None  # internal document ids; None = no scope
 
-    def filters(self) -> sql.Composable:
-        """Return the SQL ``WHERE`` fragment for this scope (values stay parameters)."""
+    def filters(self, alias: str = "c") -> sql.Composable:
+        """Return the SQL ``WHERE`` fragment for this scope (values stay parameters).
+
+        ``alias`` names a chunk row (``c``) or a posting (``p``): both carry the
+        tenant, ACL and document id.
+        """
+        if alias not in ("c", "p"):
+            raise ValueError("alias must be 'c' (chunks) or 'p' (postings)")
         parts = [q.TENANT_FILTER, q.ACL_FILTER]
         if self.doc_keys is not None:
             parts.append(q.SCOPE_FILTER)
-        return sql.SQL(" AND ").join(parts)
+        return sql.SQL(" AND ").join(sql.SQL(part.format(a=alias)) for part in parts)
 
     def params(self) -> dict[str, Any]:
         """Return the parameters the filter fragment binds."""
@@ -428,6 +434,18 @@ class Store:
                 },
             )
 
+    def analyze(self) -> None:
+        """Refresh planner statistics after a bulk change (cheap: sampled)."""
+        with self.connection() as conn:
+            for table in (
+                "documents",
+                "chunks",
+                "chunk_terms",
+                "term_stats",
+                "mentions",
+            ):
+                conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
     def document_ids_under(
         self, source_uri_prefix: str, tenant: str
     ) -> list[tuple[str, str]]:
@@ -552,15 +570,24 @@ class Store:
         b: float,
     ) -> list[tuple[str, float, int]]:
         """BM25 over postings, OR semantics: (chunk id, score, identifier hits)."""
-        statement = q.LEXICAL_BM25.format(filters=scope.filters())
-        params = scope.params() | {
-            "query": query,
-            "identifiers": list(identifiers),
-            "depth": depth,
-            "k1": k1,
-            "b": b,
-        }
+        statement = q.LEXICAL_BM25.format(
+            filters=scope.filters("c"), posting_filters=scope.filters("p")
+        )
         with self.connection() as conn:
+            weights = conn.execute(
+                q.QUERY_TERM_WEIGHTS, {"query": query, "tenant": scope.tenant}
+            ).fetchall()
+            if not weights and not identifiers:
+                return []
+            params = scope.params() | {
+                "lexemes": [w[0] for w in weights],
+                "idfs": [float(w[1]) for w in weights],
+                "avgdl": float(weights[0][2]) if weights else 1.0,
+                "identifiers": list(identifiers),
+                "depth": depth,
+                "k1": k1,
+                "b": b,
+            }
             rows = conn.execute(statement, params).fetchall()
         return [(r[0], float(r[2]), int(r[1])) for r in rows]
 

@@ -68,12 +68,19 @@ CREATE INDEX chunks_identifiers ON chunks USING gin (identifiers);
 -- Lexical term statistics, maintained at ingest, from which BM25 is computed in SQL.
 -- Statistics are kept per tenant: a tenant's ranking never depends on (and so never
 -- reveals) another tenant's documents, and each tenant's rows live on one shard.
+-- A posting carries what BM25 and the access filters need (chunk length, ACL,
+-- document), copied from its chunk, so the lexical channel scores and filters from
+-- postings alone. Chunks are immutable (a new revision replaces them), so the copies
+-- cannot drift.
 CREATE TABLE chunk_terms (
-    tenant   text NOT NULL,
-    lexeme   text NOT NULL,
-    chunk_id text NOT NULL REFERENCES chunks (id) ON DELETE CASCADE,
-    tf       integer NOT NULL,
-    PRIMARY KEY (tenant, lexeme, chunk_id)
+    tenant      text NOT NULL,
+    lexeme      text NOT NULL,
+    chunk_id    text NOT NULL REFERENCES chunks (id) ON DELETE CASCADE,
+    tf          integer NOT NULL,
+    doc_len     integer NOT NULL,
+    acl         text[] NOT NULL,
+    document_id text NOT NULL,
+    PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, doc_len, acl, document_id)
 );
 CREATE INDEX chunk_terms_chunk ON chunk_terms (chunk_id);
 
