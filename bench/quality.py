@@ -3,7 +3,8 @@
 On each data set (SciFact, NFCorpus, HotpotQA and MuSiQue slices from ../shared/data),
 with the same all-MiniLM-L6-v2 embeddings everywhere:
 
-- ours: lexical (BM25 in PostgreSQL), dense (pgvector HNSW), hybrid (our default fusion)
+- ours: lexical (BM25 in PostgreSQL), dense (pgvector HNSW), hybrid (default fusion:
+  convex combination of min-max normalised scores), hybrid-rrf (the spec's RRF k = 60)
 - bm25s: Lucene BM25 with the Snowball English stemmer and English stop words
 - dense-exact: brute-force cosine over the very embeddings stored in PostgreSQL
 - rrf(bm25s, dense-exact): equal-weight RRF, k = 60, at document level
@@ -179,7 +180,9 @@ def evaluate_dataset(
     )
     retriever = Retriever(store, embedder)
     ours = run_channel_configs(
-        dataset, retriever, [CONFIGS[c] for c in ("lexical", "dense", "hybrid")]
+        dataset,
+        retriever,
+        [CONFIGS[c] for c in ("lexical", "dense", "hybrid", "hybrid-rrf")],
     )
     runs = {f"ours:{r.name}": r.run for r in ours.results}
 
@@ -220,6 +223,9 @@ def evaluate_dataset(
         ).to_dict(),
         "ours:hybrid vs ours:dense": paired_test(
             values("ours:dense"), values("ours:hybrid")
+        ).to_dict(),
+        "ours:hybrid vs ours:hybrid-rrf": paired_test(
+            values("ours:hybrid-rrf"), values("ours:hybrid")
         ).to_dict(),
         "ours:hybrid vs ours:lexical": paired_test(
             values("ours:lexical"), values("ours:hybrid")

@@ -50,7 +50,8 @@ def _ingest_section(result: dict) -> list[str]:  # type: ignore[type-arg]
 SYSTEMS = [
     ("ours:lexical", "ours: lexical (BM25 in PostgreSQL)"),
     ("ours:dense", "ours: dense (pgvector HNSW)"),
-    ("ours:hybrid", "ours: hybrid (default fusion)"),
+    ("ours:hybrid", "ours: hybrid (default: convex combination)"),
+    ("ours:hybrid-rrf", "ours: hybrid with RRF k = 60 (the spec's fusion)"),
     ("bm25s", "bm25s (Lucene BM25, Snowball stemmer)"),
     ("dense-exact", "dense only, exact (same embeddings)"),
     ("rrf(bm25s,dense-exact)", "RRF(bm25s, dense exact), k = 60"),

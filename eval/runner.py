@@ -18,13 +18,9 @@ from typing import Any
 from retrieval_pipeline.eval.datasets import BeirDataset
 from retrieval_pipeline.eval.metrics import chunks_to_documents, evaluate
 from retrieval_pipeline.eval.stats import bootstrap_ci, paired_test
-from retrieval_pipeline.graph.context import Context
+from retrieval_pipeline.graph.context import FUSION, Context
 from retrieval_pipeline.ingest.job import Ingestor, IngestSummary
-from retrieval_pipeline.tools.retrieve import (
-    RetrievalTrace,
-    Retriever,
-    reciprocal_rank_fusion,
-)
+from retrieval_pipeline.tools.retrieve import RetrievalTrace, Retriever, fuse
 
 DEFAULT_KS = (1, 5, 10, 20, 100)
 HEADLINE = "ndcg@10"
@@ -38,15 +34,21 @@ class ChannelConfig:
 
     name: str
     channels: tuple[str, ...]
+    fusion: str = FUSION
     weights: Mapping[str, float] | None = None
     description: str = ""
 
-    def rank(self, ranked: Mapping[str, Sequence[str]], rrf_k: int) -> list[str]:
+    def rank(
+        self, scored: Mapping[str, Sequence[tuple[str, float]]], rrf_k: int
+    ) -> list[str]:
         """Return chunk ids in this configuration's order."""
         if len(self.channels) == 1:
-            return list(ranked[self.channels[0]])
-        fused = reciprocal_rank_fusion(
-            {c: ranked[c] for c in self.channels}, k=rrf_k, weights=self.weights
+            return [chunk_id for chunk_id, _ in scored[self.channels[0]]]
+        fused = fuse(
+            {c: scored[c] for c in self.channels},
+            method=self.fusion,
+            k=rrf_k,
+            weights=self.weights,
         )
         return [chunk_id for chunk_id, _ in fused]
 
@@ -65,7 +67,15 @@ CONFIGS: dict[str, ChannelConfig | PipelineConfig] = {
     "lexical": ChannelConfig("lexical", ("lexical",), description="BM25 in PostgreSQL"),
     "dense": ChannelConfig("dense", ("dense",), description="pgvector cosine (HNSW)"),
     "hybrid": ChannelConfig(
-        "hybrid", ("lexical", "dense"), description="RRF(lexical, dense), k = 60"
+        "hybrid",
+        ("lexical", "dense"),
+        description="convex combination of min-max normalised scores (default)",
+    ),
+    "hybrid-rrf": ChannelConfig(
+        "hybrid-rrf",
+        ("lexical", "dense"),
+        fusion="rrf",
+        description="RRF(lexical, dense), k = 60 (the spec's fusion)",
     ),
     "pipeline": PipelineConfig(
         "pipeline",
@@ -261,7 +271,7 @@ def run_channel_configs(
     for i, (qid, text) in enumerate(sorted(dataset.queries.items())):
         trace = RetrievalTrace()
         channels = retriever.channels(text, scope, depth=depth, trace=trace)
-        ranked = {c: [chunk_id for chunk_id, _ in hits] for c, hits in channels.items()}
+        ranked = channels
         timings["lexical"].append(trace.lexical_ms)
         timings["dense"].append(trace.dense_ms)
         timings["embed"].append(trace.embed_ms)

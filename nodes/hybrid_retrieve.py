@@ -39,24 +39,18 @@ def make_hybrid_retrieve(
                 rrf_k=ctx.rrf_k,
                 weights=weights,
                 trace=trace,
+                fusion=ctx.fusion,
             )
             soft = SoftScope(
                 path_prefix=branch.get("boost_path_prefix"),
                 doc_title_contains=branch.get("boost_title"),
                 freshness=branch.get("recency"),
             )
-            fused = apply_soft_scope(
-                fused, soft, resources.store, scope, rrf_k=ctx.rrf_k
-            )
-        # Branches fuse different numbers of channels; dividing by the best score a
-        # branch can reach (rank 1 everywhere) puts every branch on [0, 1], so the
-        # pool's merge-by-max compares like with like (an identifier found only by
-        # the original-question lexical branch is not outranked by construction).
-        best = sum(weights[c] for c in branch["channels"]) / (ctx.rrf_k + 1)
+            fused = apply_soft_scope(fused, soft, resources.store, scope)
         pool: dict[str, Candidate] = {
             chunk_id: {
                 "chunk_id": chunk_id,
-                "score": score / best,
+                "score": score,
                 "ranks": ranks,
                 "graph_boosted": False,
             }

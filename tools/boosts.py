@@ -1,9 +1,10 @@
 """Soft scope and freshness: score adjustments on a fused candidate list.
 
 Advisory filters from query understanding never exclude anything; a match adds a
-fraction of a first-rank RRF vote. A freshness intent adds a recency term computed
-from the documents' timestamps (exponential decay with a half-life); "historical"
-reverses it. With no filters and no intent the list is returned untouched.
+share of the best possible fused score (scores are in [0, 1]). A freshness intent
+adds a recency term computed from the documents' timestamps (exponential decay with
+a half-life); "historical" reverses it. With no filters and no intent the list is
+returned untouched.
 """
 
 from __future__ import annotations
@@ -41,28 +42,26 @@ def apply_soft_scope(
     store: Store,
     scope: AccessScope,
     *,
-    rrf_k: int,
     now: datetime | None = None,
 ) -> list[tuple[str, float, dict[str, int]]]:
     """Return the list re-scored and re-sorted (ties by chunk id)."""
     if soft.empty or not fused:
         return list(fused)
     rows = store.fetch_chunks([chunk_id for chunk_id, _, _ in fused], scope)
-    vote = 1.0 / (rrf_k + 1)
     now = now or datetime.now(tz=UTC)
     adjusted = []
     for chunk_id, score, ranks in fused:
         row = rows.get(chunk_id)
         if row is not None:
             if soft.path_prefix and str(row["path"]).startswith(soft.path_prefix):
-                score += SOFT_FILTER_BOOST * vote
+                score += SOFT_FILTER_BOOST
             title = soft.doc_title_contains
             if title and title.casefold() in str(row["title"]).casefold():
-                score += SOFT_FILTER_BOOST * vote
+                score += SOFT_FILTER_BOOST
             if soft.freshness in ("recent", "historical"):
                 age_days = max(0.0, (now - row["updated_at"]).total_seconds() / 86_400)
                 recency = math.pow(0.5, age_days / RECENCY_HALF_LIFE_DAYS)
                 term = recency if soft.freshness == "recent" else 1.0 - recency
-                score += RECENCY_WEIGHT * vote * term
+                score += RECENCY_WEIGHT * term
         adjusted.append((chunk_id, score, ranks))
     return sorted(adjusted, key=lambda item: (-item[1], item[0]))

@@ -66,14 +66,13 @@ def graph_fusion(
     scoped = AccessScope(scope.principals, scope.tenant, tuple(allowed))
     in_pool = set(pool_chunk_ids)
     found = retriever.fused(query, scoped, depth=max(chunk_cap * 2, 20), rrf_k=rrf_k)
-    best = 2.0 / (rrf_k + 1)  # the pool's [0, 1] scale (see hybrid_retrieve)
     for chunk_id, score, ranks in found:
         if chunk_id in in_pool:
             continue
         result.added.append(
             (
                 chunk_id,
-                score / best * score_weight,
+                score * score_weight,
                 {f"graph_{c}": r for c, r in ranks.items()},
             )
         )

@@ -1,4 +1,4 @@
-"""The plain hybrid retrieve: BM25 + pgvector, fused with reciprocal-rank fusion.
+"""The plain hybrid retrieve: BM25 + pgvector, fused (convex combination or RRF).
 
 This is the primitive every pipeline stage widens, reorders or prunes:
 ``retrieve(question, limit=..., doc_ids=..., principals=..., tenant=...)``.
@@ -20,6 +20,8 @@ from retrieval_pipeline.graph.context import (
     BM25_K1,
     CHANNEL_DEPTH,
     DEFAULT_LIMIT,
+    FUSION,
+    FUSIONS,
     HNSW_EF_SEARCH,
     MAX_LIMIT,
     MAX_QUERY_CHARS,
@@ -85,6 +87,64 @@ def reciprocal_rank_fusion(
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+def convex_fusion(
+    scored: Mapping[str, Sequence[tuple[str, float]]],
+    *,
+    weights: Mapping[str, float] | None = None,
+) -> list[tuple[str, float]]:
+    """Weighted mean of min-max normalised channel scores; absent from a channel = 0.
+
+    Convex combination (Bruch, Gai & Ingber 2023, "An Analysis of Fusion Functions for
+    Hybrid Retrieval"): unlike RRF it keeps how far apart two candidates are in each
+    channel. Normalisation is over each channel's returned list; equal weights are
+    the parameter-free default. Scores land in [0, 1]; ties break by id.
+    """
+    total = 0.0
+    fused: dict[str, float] = {}
+    for channel, hits in scored.items():
+        weight = 1.0 if weights is None else float(weights.get(channel, 1.0))
+        total += weight
+        if not hits:
+            continue
+        values = [score for _, score in hits]
+        low, span = min(values), (max(values) - min(values))
+        for item, score in hits:
+            normalised = (score - low) / span if span > 0 else 1.0
+            fused[item] = fused.get(item, 0.0) + weight * normalised
+    total = total or 1.0
+    return sorted(
+        ((i, s / total) for i, s in fused.items()), key=lambda kv: (-kv[1], kv[0])
+    )
+
+
+def fuse(
+    scored: Mapping[str, Sequence[tuple[str, float]]],
+    *,
+    method: str = FUSION,
+    k: int = RRF_K,
+    weights: Mapping[str, float] | None = None,
+) -> list[tuple[str, float]]:
+    """Fuse channel lists with ``convex`` or ``rrf``; scores in [0, 1] either way.
+
+    RRF scores are divided by the best a candidate can reach (rank 1 in every
+    channel), so lists fused from different numbers of channels compare like with like.
+    """
+    match method:
+        case "convex":
+            return convex_fusion(scored, weights=weights)
+        case "rrf":
+            ranked = {c: [i for i, _ in hits] for c, hits in scored.items()}
+            best = sum(
+                1.0 if weights is None else float(weights.get(c, 1.0)) for c in scored
+            ) / (k + 1)
+            return [
+                (i, s / best)
+                for i, s in reciprocal_rank_fusion(ranked, k=k, weights=weights)
+            ]
+        case _:
+            raise ValueError(f"unknown fusion '{method}'; choose one of: {FUSIONS}")
+
+
 @dataclass
 class RetrievalTrace:
     """Timings and counts of one retrieve call (no chunk text, no secrets)."""
@@ -112,7 +172,10 @@ class Retriever:
         weights: Mapping[str, float] | None = None,
         k1: float = BM25_K1,
         b: float = BM25_B,
+        fusion: str = FUSION,
     ) -> None:
+        if fusion not in FUSIONS:
+            raise ValueError(f"unknown fusion '{fusion}'; choose one of: {FUSIONS}")
         if rrf_k < 1 or depth < 1:
             raise ValueError("rrf_k and depth must be positive")
         unknown = set(weights or {}) - set(CHANNELS)
@@ -127,6 +190,7 @@ class Retriever:
         self.weights = dict(weights) if weights else None
         self.k1 = k1
         self.b = b
+        self.fusion = fusion
         self._index_checked = False
 
     def scope(
@@ -211,8 +275,9 @@ class Retriever:
         weights: Mapping[str, float] | None = None,
         trace: RetrievalTrace | None = None,
         query_embedding: Sequence[float] | None = None,
+        fusion: str | None = None,
     ) -> list[tuple[str, float, dict[str, int]]]:
-        """Fuse the chosen channels: (chunk id, RRF score, 1-based rank per channel).
+        """Fuse the chosen channels: (chunk id, score in [0, 1], rank per channel).
 
         ``channels=("lexical",)`` runs the lexical channel alone (no embedding), as
         the pipeline does for the original-question branch.
@@ -243,8 +308,11 @@ class Retriever:
                     (chunk_id, score) for chunk_id, score, _ in lexical
                 ]
         lists = {c: [i for i, _ in ranked[c]] for c in channels}
-        fused = reciprocal_rank_fusion(
-            lists, k=rrf_k or self.rrf_k, weights=weights if weights else self.weights
+        fused = fuse(
+            {c: ranked[c] for c in channels},
+            method=fusion or self.fusion,
+            k=rrf_k or self.rrf_k,
+            weights=weights if weights else self.weights,
         )
         ranks = {c: {i: r for r, i in enumerate(lists[c], start=1)} for c in channels}
         trace.fused_candidates = len(fused)
@@ -269,7 +337,7 @@ class Retriever:
         trace: RetrievalTrace | None = None,
         query_embedding: Sequence[float] | None = None,
     ) -> list[RetrievedChunk]:
-        """Return up to ``limit`` chunks ranked by RRF over both channels."""
+        """Return up to ``limit`` chunks ranked by the fusion of both channels."""
         query = clean_query(question)
         limit = check_limit(limit)
         trace = trace if trace is not None else RetrievalTrace()
@@ -281,11 +349,9 @@ class Retriever:
             trace=trace,
             query_embedding=query_embedding,
         )
-        fused = reciprocal_rank_fusion(
-            {c: [i for i, _ in ranked[c]] for c in CHANNELS},
-            k=self.rrf_k,
-            weights=self.weights,
-        )[:limit]
+        fused = fuse(ranked, method=self.fusion, k=self.rrf_k, weights=self.weights)[
+            :limit
+        ]
         trace.fused_candidates = len(fused)
         started = time.perf_counter()
         rows = self.store.fetch_chunks([chunk_id for chunk_id, _ in fused], scope)

@@ -107,7 +107,10 @@ class TestEvalCommand:
         self, store: Store, tiny_beir: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         assert main(["eval", "--dataset", str(tiny_beir), "--config", "magic"]) == 2
-        assert "valid: lexical, dense, hybrid, pipeline" in capsys.readouterr().err
+        assert (
+            "valid: lexical, dense, hybrid, hybrid-rrf, pipeline"
+            in capsys.readouterr().err
+        )
 
     def test_the_pipeline_output_itself_is_evaluated(
         self,

@@ -269,7 +269,7 @@ class TestRetrieve:
         assert len(chunks) == 5
         assert chunks[0].document_id == "runbooks/err-conn-reset"
         assert chunks[0].ranks == {"lexical": 1, "dense": 1}
-        assert chunks[0].score == pytest.approx(2 / 61)
+        assert chunks[0].score == pytest.approx(1.0)  # best in both channels
         scores = [c.score for c in chunks]
         assert scores == sorted(scores, reverse=True)
 
