@@ -8,10 +8,11 @@ channel's SQL, before any ranking.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from retrieval_pipeline.errors import InvalidQueryError
@@ -53,6 +54,38 @@ def clean_query(question: object) -> str:
             "Shorten it to the information need, or retrieve per passage."
         )
     return text
+
+
+@dataclass(frozen=True)
+class WebQuery:
+    """A query split into ranking text and web-search constraints."""
+
+    text: str  # what BM25 and the embedder see: exclusions removed, quotes dropped
+    constraint: str | None  # quoted phrases and -exclusions, for websearch_to_tsquery
+
+
+_PHRASE = re.compile(r'(?<![\w-])"([^"]+)"')
+_EXCLUSION = re.compile(r'(?<!\S)-("[^"]+"|[^\s"]+)')
+
+
+def parse_websearch(query: str) -> WebQuery:
+    """Honour web-search syntax the way ``websearch_to_tsquery`` does.
+
+    ``"quoted phrases"`` must appear and ``-terms`` / ``-"phrases"`` must not, in
+    every result of every channel; ``OR`` needs nothing (candidates are already an
+    OR over the terms). Everything else only ranks, so one absent word never empties
+    the result.
+    """
+    exclusions = [m.group(1) for m in _EXCLUSION.finditer(query)]
+    remaining = _EXCLUSION.sub(" ", query)
+    phrases = [
+        m.group(1).strip() for m in _PHRASE.finditer(remaining) if m.group(1).strip()
+    ]
+    parts = [f'"{p}"' for p in phrases] + [f"-{e}" for e in exclusions]
+    text = (
+        " ".join(remaining.replace('"', " ").split()) or query.replace('"', " ").strip()
+    )
+    return WebQuery(text=text, constraint=" ".join(parts) or None)
 
 
 def check_limit(limit: object) -> int:
@@ -241,6 +274,10 @@ class Retriever:
         depth = depth or self.depth
         if not self._check_index():
             return {channel: [] for channel in CHANNELS}
+        parsed = parse_websearch(query)
+        query = parsed.text
+        if parsed.constraint:
+            scope = replace(scope, constraint=parsed.constraint)
         started = time.perf_counter()
         lexical = self.store.search_lexical(
             query, extract_identifiers(query), scope, depth=depth, k1=self.k1, b=self.b
@@ -294,10 +331,13 @@ class Retriever:
         else:
             ranked = {c: [] for c in CHANNELS}
             if self._check_index():
+                parsed = parse_websearch(query)
+                if parsed.constraint:
+                    scope = replace(scope, constraint=parsed.constraint)
                 started = time.perf_counter()
                 lexical = self.store.search_lexical(
-                    query,
-                    extract_identifiers(query),
+                    parsed.text,
+                    extract_identifiers(parsed.text),
                     scope,
                     depth=depth,
                     k1=self.k1,

@@ -140,6 +140,30 @@ class TestLexicalChannel:
         )["lexical"]
         assert lexical  # OR semantics, not websearch_to_tsquery's AND
 
+    def test_quoted_phrases_must_appear_in_every_result(
+        self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus])
+        chunks = retriever.retrieve('"consumer group" lag', limit=20)
+        assert chunks
+        assert all("consumer group" in c.text.lower() for c in chunks)
+
+    def test_exclusions_remove_matching_chunks_from_every_channel(
+        self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus])
+        plain = retriever.retrieve("consumer lag", limit=20)
+        assert any("kafka" in c.text.lower() for c in plain)
+        excluded = retriever.retrieve("consumer lag -kafka", limit=20)
+        assert excluded
+        assert not any("kafka" in c.text.lower() for c in excluded)
+
+    def test_a_constraint_of_only_stop_words_constrains_nothing(
+        self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
+    ) -> None:
+        ingestor.ingest_paths([sample_corpus / "teams"])
+        assert retriever.retrieve('platform team "the"', limit=3)
+
     def test_bm25_scores_match_a_reference_computation(
         self, ingestor: Ingestor, retriever: Retriever, store: Store, tmp_path: Path
     ) -> None:

@@ -8,6 +8,9 @@ from retrieval_pipeline.settings import redact_url
 from retrieval_pipeline.tools.retrieve import (
     check_limit,
     clean_query,
+    convex_fusion,
+    fuse,
+    parse_websearch,
     reciprocal_rank_fusion,
 )
 from retrieval_pipeline.tools.tokens import CharEstimateCounter, default_token_counter
@@ -81,3 +84,47 @@ class TestSecrets:
     )
     def test_passwords_are_redacted(self, url: str) -> None:
         assert "s3cret" not in redact_url(url)
+
+
+class TestConvexFusion:
+    def test_min_max_normalised_equal_weights(self) -> None:
+        fused = dict(
+            convex_fusion(
+                {
+                    "lexical": [("a", 10.0), ("b", 5.0), ("c", 0.0)],
+                    "dense": [("b", 0.9), ("a", 0.5)],
+                }
+            )
+        )
+        assert fused["a"] == pytest.approx((1.0 + 0.0) / 2)
+        assert fused["b"] == pytest.approx((0.5 + 1.0) / 2)
+        assert fused["c"] == pytest.approx(0.0)
+
+    def test_scores_are_in_unit_range_for_both_methods(self) -> None:
+        scored = {
+            "lexical": [("a", 3.0), ("b", 1.0)],
+            "dense": [("a", 0.8), ("c", 0.1)],
+        }
+        for method in ("convex", "rrf"):
+            fused = fuse(scored, method=method)
+            assert fused[0] == ("a", pytest.approx(1.0))
+            assert all(0.0 <= s <= 1.0 for _, s in fused)
+
+    def test_unknown_fusion_is_rejected(self) -> None:
+        with pytest.raises(ValueError, match="convex"):
+            fuse({}, method="borda")
+
+
+class TestWebSearchSyntax:
+    def test_phrases_and_exclusions_become_constraints(self) -> None:
+        parsed = parse_websearch('"consumer lag" kafka -zookeeper -"old broker"')
+        assert parsed.constraint == '"consumer lag" -zookeeper -"old broker"'
+        assert parsed.text == "consumer lag kafka"
+
+    def test_plain_questions_have_no_constraint(self) -> None:
+        parsed = parse_websearch("what is ERR_CONN_RESET in v2.3.1 - really?")
+        assert parsed.constraint is None
+        assert parsed.text == "what is ERR_CONN_RESET in v2.3.1 - really?"
+
+    def test_hyphenated_words_are_not_exclusions(self) -> None:
+        assert parse_websearch("event-bus well-known").constraint is None

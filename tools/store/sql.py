@@ -14,6 +14,15 @@ TENANT_FILTER = "{a}.tenant = %(tenant)s"
 # A chunk without principals is public; otherwise the caller must hold one of them.
 ACL_FILTER = "({a}.acl = '{{}}'::text[] OR {a}.acl && %(principals)s::text[])"
 SCOPE_FILTER = "{a}.document_id = ANY(%(doc_keys)s::text[])"
+# Web-search constraints (quoted phrases, -exclusions) with websearch_to_tsquery's own
+# semantics; a constraint without lexemes (only stop words) constrains nothing.
+_CONSTRAINT_QUERY = "websearch_to_tsquery('english'::regconfig, %(constraint)s)"
+CONSTRAINT_FILTER = {
+    "c": f"(numnode({_CONSTRAINT_QUERY}) = 0 OR c.tsv_prose @@ {_CONSTRAINT_QUERY})",
+    "p": f"(numnode({_CONSTRAINT_QUERY}) = 0 OR p.chunk_id IN ("
+    f"SELECT x.id FROM chunks x WHERE x.tenant = %(tenant)s"
+    f" AND x.tsv_prose @@ {_CONSTRAINT_QUERY}))",
+}
 
 # --- lexical channel: BM25 from postings maintained at ingest -----------------------
 # Okapi BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf

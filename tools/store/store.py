@@ -77,6 +77,7 @@ class AccessScope:
     principals: tuple[str, ...] = ()
     tenant: str = ""
     doc_keys: tuple[str, ...] | None = None  # internal document ids; None = no scope
+    constraint: str | None = None  # web-search phrases/exclusions every result obeys
 
     def filters(self, alias: str = "c") -> sql.Composable:
         """Return the SQL ``WHERE`` fragment for this scope (values stay parameters).
@@ -89,7 +90,10 @@ class AccessScope:
         parts = [q.TENANT_FILTER, q.ACL_FILTER]
         if self.doc_keys is not None:
             parts.append(q.SCOPE_FILTER)
-        return sql.SQL(" AND ").join(sql.SQL(part.format(a=alias)) for part in parts)
+        fragments = [sql.SQL(part.format(a=alias)) for part in parts]
+        if self.constraint:
+            fragments.append(sql.SQL(q.CONSTRAINT_FILTER[alias]))
+        return sql.SQL(" AND ").join(fragments)
 
     def params(self) -> dict[str, Any]:
         """Return the parameters the filter fragment binds."""
@@ -97,6 +101,7 @@ class AccessScope:
             "tenant": self.tenant,
             "principals": list(self.principals),
             "doc_keys": list(self.doc_keys) if self.doc_keys is not None else None,
+            "constraint": self.constraint,
         }
 
 
