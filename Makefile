@@ -4,13 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # torch is pinned (in the `local` extra) to the CPU wheel; never let pip pick a CUDA build.
-EXTRAS := local,eval,dev
+EXTRAS := local,eval,onnx,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # The demo keeps its database inside the checkout unless told otherwise.
 DEMO_HOME ?= $(CURDIR)/.rp_home
 DEMO_QUESTION ?= Who owns the service that failed with ERR_CONN_RESET in v2.3.1?
 
-.PHONY: venv demo test test-unit test-integration lint format bench bench-ingest clean
+.PHONY: venv bench-venv demo test test-unit test-integration lint format bench \
+	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline clean
 
 venv: $(STAMP)
 
@@ -51,10 +52,28 @@ test-unit: venv
 test-integration: venv
 	$(BIN)/pytest -q tests/integration
 
-bench: bench-ingest
+# The whole benchmark suite (about 45 minutes on 2 cores: it embeds four corpora once,
+# into bench/.cache, then reuses them). Each writes bench/results/*.json and
+# regenerates BENCHMARKS.md.
+bench: bench-ingest bench-quality bench-fusion bench-latency bench-pipeline
 
-bench-ingest: venv
-	$(BIN)/python bench/ingest.py
+bench-venv: venv
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),bench]'
+
+bench-ingest: bench-venv
+	$(BIN)/python bench/ingest.py --keep
+
+bench-quality: bench-venv
+	$(BIN)/python bench/quality.py
+
+bench-fusion: bench-venv
+	$(BIN)/python bench/fusion.py
+
+bench-latency: bench-venv
+	$(BIN)/python bench/latency.py
+
+bench-pipeline: bench-venv
+	$(BIN)/python bench/pipeline.py
 
 clean:
 	rm -rf $(VENV) .rp_home .pytest_cache .mypy_cache .ruff_cache build *.egg-info
