@@ -58,10 +58,11 @@ def clean_query(question: object) -> str:
 
 @dataclass(frozen=True)
 class WebQuery:
-    """A query split into ranking text and web-search constraints."""
+    """A query split into ranking text, phrases to favour and exclusions."""
 
     text: str  # what BM25 and the embedder see: exclusions removed, quotes dropped
-    constraint: str | None  # quoted phrases and -exclusions, for websearch_to_tsquery
+    phrases: str | None  # quoted phrases ('"a b" "c d"'): matching chunks rank first
+    constraint: str | None  # -exclusions: no result of any channel may match them
 
 
 _PHRASE = re.compile(r'(?<![\w-])"([^"]+)"')
@@ -69,23 +70,27 @@ _EXCLUSION = re.compile(r'(?<!\S)-("[^"]+"|[^\s"]+)')
 
 
 def parse_websearch(query: str) -> WebQuery:
-    """Honour web-search syntax the way ``websearch_to_tsquery`` does.
+    """Read web-search syntax as ``websearch_to_tsquery`` does, softened for questions.
 
-    ``"quoted phrases"`` must appear and ``-terms`` / ``-"phrases"`` must not, in
-    every result of every channel; ``OR`` needs nothing (candidates are already an
-    OR over the terms). Everything else only ranks, so one absent word never empties
-    the result.
+    ``-term`` and ``-"phrase"`` exclude, in every channel. ``"quoted phrases"`` rank
+    the chunks that contain them first in the lexical channel but exclude nothing:
+    questions quote titles, and in multi-hop questions the second passage does not
+    repeat the quoted title (a hard phrase filter cost 0.03 nDCG@10 on HotpotQA).
+    ``OR`` needs nothing: candidates are already an OR over the terms.
     """
     exclusions = [m.group(1) for m in _EXCLUSION.finditer(query)]
     remaining = _EXCLUSION.sub(" ", query)
     phrases = [
         m.group(1).strip() for m in _PHRASE.finditer(remaining) if m.group(1).strip()
     ]
-    parts = [f'"{p}"' for p in phrases] + [f"-{e}" for e in exclusions]
     text = (
         " ".join(remaining.replace('"', " ").split()) or query.replace('"', " ").strip()
     )
-    return WebQuery(text=text, constraint=" ".join(parts) or None)
+    return WebQuery(
+        text=text,
+        phrases=" ".join(f'"{p}"' for p in phrases) or None,
+        constraint=" ".join(f"-{e}" for e in exclusions) or None,
+    )
 
 
 def check_limit(limit: object) -> int:
@@ -280,7 +285,13 @@ class Retriever:
             scope = replace(scope, constraint=parsed.constraint)
         started = time.perf_counter()
         lexical = self.store.search_lexical(
-            query, extract_identifiers(query), scope, depth=depth, k1=self.k1, b=self.b
+            query,
+            extract_identifiers(query),
+            scope,
+            depth=depth,
+            k1=self.k1,
+            b=self.b,
+            phrases=parsed.phrases,
         )
         trace.lexical_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
@@ -342,6 +353,7 @@ class Retriever:
                     depth=depth,
                     k1=self.k1,
                     b=self.b,
+                    phrases=parsed.phrases,
                 )
                 trace.lexical_ms = (time.perf_counter() - started) * 1000
                 ranked["lexical"] = [

@@ -140,13 +140,17 @@ class TestLexicalChannel:
         )["lexical"]
         assert lexical  # OR semantics, not websearch_to_tsquery's AND
 
-    def test_quoted_phrases_must_appear_in_every_result(
+    def test_quoted_phrases_rank_first_but_exclude_nothing(
         self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
     ) -> None:
         ingestor.ingest_paths([sample_corpus])
-        chunks = retriever.retrieve('"consumer group" lag', limit=20)
-        assert chunks
-        assert all("consumer group" in c.text.lower() for c in chunks)
+        scope = retriever.scope()
+        lexical = retriever.channels('"consumer group" lag', scope)["lexical"]
+        rows = retriever.store.fetch_chunks([i for i, _ in lexical], scope)
+        texts = [rows[i]["content"].lower() for i, _ in lexical]
+        with_phrase = [("consumer group" in t) for t in texts]
+        assert with_phrase[0] and not all(with_phrase)  # first, yet others remain
+        assert with_phrase == sorted(with_phrase, reverse=True)
 
     def test_exclusions_remove_matching_chunks_from_every_channel(
         self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path

@@ -118,12 +118,13 @@ class TestConvexFusion:
 class TestWebSearchSyntax:
     def test_phrases_and_exclusions_become_constraints(self) -> None:
         parsed = parse_websearch('"consumer lag" kafka -zookeeper -"old broker"')
-        assert parsed.constraint == '"consumer lag" -zookeeper -"old broker"'
+        assert parsed.constraint == '-zookeeper -"old broker"'
+        assert parsed.phrases == '"consumer lag"'
         assert parsed.text == "consumer lag kafka"
 
     def test_plain_questions_have_no_constraint(self) -> None:
         parsed = parse_websearch("what is ERR_CONN_RESET in v2.3.1 - really?")
-        assert parsed.constraint is None
+        assert parsed.constraint is None and parsed.phrases is None
         assert parsed.text == "what is ERR_CONN_RESET in v2.3.1 - really?"
 
     def test_hyphenated_words_are_not_exclusions(self) -> None:

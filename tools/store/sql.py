@@ -14,8 +14,8 @@ TENANT_FILTER = "{a}.tenant = %(tenant)s"
 # A chunk without principals is public; otherwise the caller must hold one of them.
 ACL_FILTER = "({a}.acl = '{{}}'::text[] OR {a}.acl && %(principals)s::text[])"
 SCOPE_FILTER = "{a}.document_id = ANY(%(doc_keys)s::text[])"
-# Web-search constraints (quoted phrases, -exclusions) with websearch_to_tsquery's own
-# semantics; a constraint without lexemes (only stop words) constrains nothing.
+# Web-search exclusions (-term, -"phrase") with websearch_to_tsquery's own semantics;
+# a constraint without lexemes (only stop words) constrains nothing.
 _CONSTRAINT_QUERY = "websearch_to_tsquery('english'::regconfig, %(constraint)s)"
 CONSTRAINT_FILTER = {
     "c": f"(numnode({_CONSTRAINT_QUERY}) = 0 OR c.tsv_prose @@ {_CONSTRAINT_QUERY})",
@@ -65,12 +65,20 @@ exact AS (
     FROM chunks c
     WHERE cardinality(%(identifiers)s::text[]) > 0
       AND c.identifiers && %(identifiers)s::text[] AND {filters}
+),
+phrased AS (  -- chunks containing every quoted phrase of the query rank first
+    SELECT c.id AS chunk_id
+    FROM chunks c
+    WHERE %(phrases)s::text IS NOT NULL
+      AND c.tsv_prose @@ websearch_to_tsquery('english'::regconfig, %(phrases)s)
+      AND {filters}
 )
 SELECT coalesce(b.chunk_id, e.chunk_id) AS chunk_id,
        coalesce(e.hits, 0) AS identifier_hits,
        coalesce(b.score, 0) AS score
 FROM bm25 b FULL OUTER JOIN exact e ON e.chunk_id = b.chunk_id
-ORDER BY identifier_hits DESC, score DESC, chunk_id
+LEFT JOIN phrased ph ON ph.chunk_id = coalesce(b.chunk_id, e.chunk_id)
+ORDER BY identifier_hits DESC, (ph.chunk_id IS NOT NULL) DESC, score DESC, chunk_id
 LIMIT %(depth)s
 """
 )

@@ -573,6 +573,7 @@ class Store:
         depth: int,
         k1: float,
         b: float,
+        phrases: str | None = None,
     ) -> list[tuple[str, float, int]]:
         """BM25 over postings, OR semantics: (chunk id, score, identifier hits)."""
         statement = q.LEXICAL_BM25.format(
@@ -589,6 +590,7 @@ class Store:
                 "idfs": [float(w[1]) for w in weights],
                 "avgdl": float(weights[0][2]) if weights else 1.0,
                 "identifiers": list(identifiers),
+                "phrases": phrases,
                 "depth": depth,
                 "k1": k1,
                 "b": b,
