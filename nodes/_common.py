@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.context import Context, resolve_context
+from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.tools.store.store import AccessScope
 
 
 def context_of(runtime: Runtime[Any] | None) -> Context:
@@ -31,3 +33,12 @@ def stage_timer(debug: dict[str, Any], stage: str) -> Iterator[None]:
 def fallback(stage: str, reason: str) -> dict[str, str]:
     """A fallback record for the debug block."""
     return {"stage": stage, "reason": reason}
+
+
+def access_scope(resources: PipelineResources, state: Mapping[str, Any]) -> AccessScope:
+    """The caller's access scope (principals, tenant, document scope) from the state."""
+    return resources.retriever.scope(
+        principals=state.get("principals") or [],
+        tenant=state.get("tenant"),
+        doc_ids=state.get("doc_ids"),
+    )

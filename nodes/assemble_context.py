@@ -10,7 +10,7 @@ from langgraph.runtime import Runtime
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import Candidate, PipelineState
-from retrieval_pipeline.nodes._common import context_of, stage_timer
+from retrieval_pipeline.nodes._common import access_scope, context_of, stage_timer
 from retrieval_pipeline.tools.assembly import AssemblyItem, assemble
 
 
@@ -55,11 +55,7 @@ def make_assemble_context(
         pool = state.get("candidate_pool", {})
         # The whole pool: every branch's wide retrieve plus what graph fusion added.
         ranked = sorted(pool.values(), key=lambda c: (-relevance(c), c["chunk_id"]))
-        scope = resources.retriever.scope(
-            principals=state.get("principals") or [],
-            tenant=state.get("tenant"),
-            doc_ids=state.get("doc_ids"),
-        )
+        scope = access_scope(resources, state)
         debug: dict[str, Any] = {}
         with stage_timer(debug, "assemble_context"):
             rows = resources.store.fetch_chunks([c["chunk_id"] for c in ranked], scope)

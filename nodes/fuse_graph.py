@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import Candidate, PipelineState
-from retrieval_pipeline.nodes._common import context_of, stage_timer
+from retrieval_pipeline.nodes._common import access_scope, context_of, stage_timer
 from retrieval_pipeline.tools.graph_fusion import graph_fusion
 
 
@@ -20,11 +20,7 @@ def make_fuse_graph(
 
     def fuse_graph(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
         ctx = context_of(runtime)
-        scope = resources.retriever.scope(
-            principals=state.get("principals") or [],
-            tenant=state.get("tenant"),
-            doc_ids=state.get("doc_ids"),
-        )
+        scope = access_scope(resources, state)
         pool = state.get("candidate_pool", {})
         ranked = sorted(pool.values(), key=lambda c: (-c["score"], c["chunk_id"]))
         debug: dict[str, Any] = {}

@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import BranchInput, Candidate
-from retrieval_pipeline.nodes._common import context_of, stage_timer
+from retrieval_pipeline.nodes._common import access_scope, context_of, stage_timer
 from retrieval_pipeline.tools.boosts import SoftScope, apply_soft_scope
 from retrieval_pipeline.tools.retrieve import RetrievalTrace
 
@@ -22,11 +22,7 @@ def make_hybrid_retrieve(
     def hybrid_retrieve(branch: BranchInput, runtime: Runtime[Any]) -> dict[str, Any]:
         ctx = context_of(runtime)
         retriever = resources.retriever
-        scope = retriever.scope(
-            principals=branch.get("principals") or [],
-            tenant=branch.get("tenant"),
-            doc_ids=branch.get("doc_ids"),
-        )
+        scope = access_scope(resources, branch)
         debug: dict[str, Any] = {}
         trace = RetrievalTrace()
         weights = {"lexical": ctx.lexical_weight, "dense": ctx.dense_weight}

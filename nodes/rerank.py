@@ -10,7 +10,12 @@ from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import Candidate, PipelineState
-from retrieval_pipeline.nodes._common import context_of, fallback, stage_timer
+from retrieval_pipeline.nodes._common import (
+    access_scope,
+    context_of,
+    fallback,
+    stage_timer,
+)
 from retrieval_pipeline.tools.rerankers import RerankError
 
 logger = logging.getLogger(__name__)
@@ -29,11 +34,7 @@ def make_rerank(
         # The whole pool (branches + graph additions), bounded by construction:
         # at most 1 + 1 + 3 branches of ``candidate_pool`` plus ``graph_chunks``.
         top = sorted(pool.values(), key=lambda c: (-c["score"], c["chunk_id"]))
-        scope = resources.retriever.scope(
-            principals=state.get("principals") or [],
-            tenant=state.get("tenant"),
-            doc_ids=state.get("doc_ids"),
-        )
+        scope = access_scope(resources, state)
         updates: dict[str, Candidate] = {}
         with stage_timer(debug, "rerank"):
             rows = resources.store.fetch_chunks([c["chunk_id"] for c in top], scope)
