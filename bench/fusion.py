@@ -81,10 +81,12 @@ def convex(channels: Channels, alpha: float, norm: str) -> list[str]:
             lo, hi = (0.0 if channel == "lexical" else -1.0), max(values)
         else:
             raise ValueError(norm)
-        span = (hi - lo) or 1.0
+        span = hi - lo
         weight = alpha if channel == "dense" else 1 - alpha
         for chunk, score in hits:
-            fused[chunk] = fused.get(chunk, 0.0) + weight * (score - lo) / span
+            # As in the library: a channel whose hits all tie scores them all 1.
+            normalised = (score - lo) / span if span > 0 else 1.0
+            fused[chunk] = fused.get(chunk, 0.0) + weight * normalised
     return [c for c, _ in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
