@@ -28,6 +28,7 @@ HNSW_EF_SEARCH = 100  # pgvector default is 40; >= channel depth so a page is co
 
 # --- graph fusion ---------------------------------------------------------------
 GRAPH_TOP_ENTITIES = 8  # spec: seeds ranked by mention count, top 8.
+GRAPH_SEEDS = 40  # pool chunks whose documents seed the expansion (whole pool).
 GRAPH_MIN_HOPS = 1  # spec: a 1-2 hop neighbourhood.
 GRAPH_MAX_HOPS = 2
 
@@ -87,6 +88,7 @@ class Context:
     lexical_weight: float = 1.0
     dense_weight: float = 1.0
     top_entities: int = GRAPH_TOP_ENTITIES
+    graph_seeds: int = GRAPH_SEEDS
     max_hops: int = GRAPH_MAX_HOPS
     frontier_cap: int = GRAPH_FRONTIER_CAP
     graph_documents: int = GRAPH_DOCUMENT_CAP

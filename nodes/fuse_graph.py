@@ -28,7 +28,8 @@ def make_fuse_graph(
             result = graph_fusion(
                 resources.retriever,
                 state.get("effective_query") or state["question"],
-                [c["chunk_id"] for c in ranked[: ctx.candidate_pool]],
+                [c["chunk_id"] for c in ranked[: ctx.graph_seeds]],
+                {c["chunk_id"]: c["score"] for c in ranked},
                 scope,
                 top_entities=ctx.top_entities,
                 max_hops=ctx.max_hops,
@@ -42,13 +43,14 @@ def make_fuse_graph(
             chunk_id: {
                 "chunk_id": chunk_id,
                 "score": score,
-                "ranks": ranks,
+                "ranks": {**pool.get(chunk_id, {"ranks": {}})["ranks"], **ranks},
                 "graph_boosted": True,
             }
-            for chunk_id, score, ranks in result.added
+            for chunk_id, score, ranks in [*result.added, *result.boosted]
         }
         debug.update(
-            graph_added=len(added),
+            graph_added=len(result.added),
+            graph_boosted=len(result.boosted),
             graph_seed_entities=result.seed_entities,
             graph_expanded_entities=result.expanded_entities,
             graph_documents=result.documents,

@@ -103,23 +103,22 @@ def assemble(
     result = AssemblyResult([], 0)
     used_by_document: dict[str, int] = {}
     chosen: list[AssemblyItem] = []
+    # Redundancy of each candidate = its max Jaccard to any chosen chunk, kept up to
+    # date as chunks are chosen: O(n * chosen) set comparisons instead of O(n^2 * k).
+    redundancy = {item.chunk_id: 0.0 for item in items}
     while remaining and len(chosen) < max_chunks:
         best: AssemblyItem | None = None
         best_score = float("-inf")
         for item in remaining:
-            redundancy = max(
-                (jaccard(grams[item.chunk_id], grams[c.chunk_id]) for c in chosen),
-                default=0.0,
+            score = (
+                mmr_lambda * norm[item.chunk_id]
+                - (1 - mmr_lambda) * redundancy[item.chunk_id]
             )
-            score = mmr_lambda * norm[item.chunk_id] - (1 - mmr_lambda) * redundancy
             if score > best_score:  # strict: earlier (stronger, lower id) wins ties
                 best, best_score = item, score
         assert best is not None
         remaining.remove(best)
-        if any(
-            jaccard(grams[best.chunk_id], grams[c.chunk_id]) >= duplicate_jaccard
-            for c in chosen
-        ):
+        if redundancy[best.chunk_id] >= duplicate_jaccard:
             result.dropped_duplicates.append(best.chunk_id)
             continue
         cost = tokens[best.chunk_id]
@@ -134,6 +133,10 @@ def assemble(
         chosen.append(best)
         used_by_document[best.document_id] = used + cost
         result.tokens += cost
+        for item in remaining:
+            similarity = jaccard(grams[item.chunk_id], grams[best.chunk_id])
+            if similarity > redundancy[item.chunk_id]:
+                redundancy[item.chunk_id] = similarity
     # Front-load: strongest evidence first (MMR order only decided membership).
     chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))
     result.selected = [item.chunk_id for item in chosen]

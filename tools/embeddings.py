@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import threading
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from retrieval_pipeline.settings import EMBEDDINGS_ENV
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EMBEDDER_CHOICES = ("local", "openai[:model]", "voyage[:model]", "cohere[:model]")
-QUERY_CACHE_SIZE = 256  # query vectors kept per embedder (FIFO); a few hundred KB
+QUERY_CACHE_SIZE = 1024  # query vectors kept per embedder (FIFO); ~3 MB at 384 dims
 
 
 class Embedder:
@@ -45,7 +46,7 @@ class Embedder:
         self.version = version
         self._dimension = dimension
         self._lock = threading.Lock()
-        self._query_cache: dict[str, tuple[float, ...]] = {}
+        self._query_cache: dict[str, array[float]] = {}
 
     @property
     def embeddings(self) -> Any:
@@ -73,7 +74,7 @@ class Embedder:
             cached = self._query_cache.get(text)
             if cached is not None:
                 return list(cached)
-            vector = tuple(map(float, self._embeddings.embed_query(text)))
+            vector = array("d", map(float, self._embeddings.embed_query(text)))
             self._query_cache[text] = vector
             while len(self._query_cache) > QUERY_CACHE_SIZE:
                 self._query_cache.pop(next(iter(self._query_cache)))

@@ -9,7 +9,7 @@ graph evidence supplements the text ranking rather than overriding it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from retrieval_pipeline.tools.retrieve import Retriever
@@ -22,6 +22,8 @@ class GraphFusionResult:
     """Chunks to add, and counters for the debug block (ids only, no text)."""
 
     added: list[tuple[str, float, dict[str, int]]] = field(default_factory=list)
+    boosted: list[tuple[str, float, dict[str, int]]] = field(default_factory=list)
+    """Pool chunks the graph found again with a higher score (merged by max)."""
     seed_entities: int = 0
     expanded_entities: int = 0
     documents: int = 0
@@ -30,7 +32,8 @@ class GraphFusionResult:
 def graph_fusion(
     retriever: Retriever,
     query: str,
-    pool_chunk_ids: Sequence[str],
+    seed_chunk_ids: Sequence[str],
+    pool_scores: Mapping[str, float],
     scope: AccessScope,
     *,
     top_entities: int,
@@ -41,9 +44,14 @@ def graph_fusion(
     score_weight: float,
     rrf_k: int,
 ) -> GraphFusionResult:
-    """Expand from the pool's documents and return new, scoped, graph-found chunks."""
+    """Expand from the seeds' documents; return graph-found chunks, new or boosted.
+
+    The scoped retrieve keeps its best ``chunk_cap`` chunks: those missing from the
+    pool are added; those already in it count as boosted when the graph scores them
+    higher (the pool's merge keeps the max).
+    """
     result = GraphFusionResult()
-    rows = retriever.store.fetch_chunks(pool_chunk_ids, scope)
+    rows = retriever.store.fetch_chunks(seed_chunk_ids, scope)
     seed_documents = sorted({row["document_id"] for row in rows.values()})
     expansion = GraphStore(retriever.store).expand(
         seed_documents,
@@ -64,18 +72,15 @@ def graph_fusion(
     if not allowed:
         return result
     scoped = AccessScope(scope.principals, scope.tenant, tuple(allowed))
-    in_pool = set(pool_chunk_ids)
     found = retriever.fused(query, scoped, depth=max(chunk_cap * 2, 20), rrf_k=rrf_k)
-    for chunk_id, score, ranks in found:
-        if chunk_id in in_pool:
-            continue
-        result.added.append(
-            (
-                chunk_id,
-                score * score_weight,
-                {f"graph_{c}": r for c, r in ranks.items()},
-            )
+    for chunk_id, score, ranks in found[:chunk_cap]:
+        item = (
+            chunk_id,
+            score * score_weight,
+            {f"graph_{c}": r for c, r in ranks.items()},
         )
-        if len(result.added) >= chunk_cap:
-            break
+        if chunk_id not in pool_scores:
+            result.added.append(item)
+        elif item[1] > pool_scores[chunk_id]:
+            result.boosted.append(item)
     return result
