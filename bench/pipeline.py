@@ -109,7 +109,7 @@ def main() -> int:
     parser.add_argument(
         "--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS)
     )
-    parser.add_argument("--latency-queries", type=int, default=300)
+    parser.add_argument("--latency-queries", type=int, default=300)  # < query cache
     args = parser.parse_args()
     from retrieval_pipeline.tools.embeddings import resolve_embedder
     from retrieval_pipeline.tools.store import EmbeddedPostgres, Store
