@@ -201,6 +201,28 @@ def _pipeline_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _fusion_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    table = result["ndcg@10"]
+    names = [n for n in ("scifact", "nfcorpus", "hotpotqa", "musique") if n in table]
+    lines = [
+        "## Fusion study (`bench/fusion.py`)",
+        "",
+        "nDCG@10 of fusion functions over the same per-query channel lists (depth 100), "
+        "with the paired-test p-value against the spec's RRF k = 60. How the default "
+        "fusion (convex combination, min-max, equal weights: `minmax a=0.5`) was chosen.",
+        "",
+        "| variant | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for variant in table[names[0]]:
+        cells = [
+            f"{table[n][variant]['ndcg@10']:.3f} (p {table[n][variant]['p_vs_rrf']:.2f})"
+            for n in names
+        ]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def write_benchmarks_md() -> Path:
     lines = [
         "# Benchmarks",
@@ -212,6 +234,9 @@ def write_benchmarks_md() -> Path:
     quality = RESULTS / "quality.json"
     if quality.exists():
         lines += _quality_section(json.loads(quality.read_text()))
+    fusion = RESULTS / "fusion.json"
+    if fusion.exists():
+        lines += _fusion_section(json.loads(fusion.read_text()))
     pipeline = RESULTS / "pipeline.json"
     if pipeline.exists():
         lines += _pipeline_section(json.loads(pipeline.read_text()))
