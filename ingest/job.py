@@ -220,14 +220,7 @@ class Ingestor:
                     continue
                 records = self._embed(prepared, summary)
                 write_started = time.perf_counter()
-                for record in records:
-                    try:
-                        self.store.write_document(record)
-                    except (psycopg.DataError, psycopg.IntegrityError) as exc:
-                        summary.failures.append(
-                            (record.source_uri, f"database rejected: {exc}")
-                        )
-                        continue
+                for record in self._write(records, summary):
                     summary.documents += 1
                     summary.chunks += len(record.chunks)
                     written_ids.append(record.id)
@@ -250,6 +243,31 @@ class Ingestor:
             scope = None if graph_changed else list(written_ids)
             summary.mentions_linked += self.store.link_entities(tenant, scope)
         summary.write_seconds += time.perf_counter() - link_started
+
+    def _write(
+        self, records: list[DocumentRecord], summary: IngestSummary
+    ) -> list[DocumentRecord]:
+        """Write a batch in one transaction; returns what was written.
+
+        If the database rejects the batch, the documents are retried one by one so
+        that only the culprit fails (with its reason) and the rest still land.
+        """
+        try:
+            self.store.write_documents(records)
+            return records
+        except (psycopg.DataError, psycopg.IntegrityError):
+            pass  # isolate the bad document below
+        written = []
+        for record in records:
+            try:
+                self.store.write_document(record)
+            except (psycopg.DataError, psycopg.IntegrityError) as exc:
+                summary.failures.append(
+                    (record.source_uri, f"database rejected: {exc}")
+                )
+                continue
+            written.append(record)
+        return written
 
     def _prepare(
         self, batch: list[SourceDocument], summary: IngestSummary

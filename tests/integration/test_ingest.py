@@ -136,6 +136,25 @@ class TestFailuresAndPruning:
         assert any("empty body" in r for r in reasons.values())
         assert store.counts()["documents"] == 1
 
+    def test_a_record_the_database_rejects_fails_alone(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        # "\u0000" decodes to a NUL character, which PostgreSQL text cannot hold.
+        write_jsonl(
+            tmp_path / "c.jsonl",
+            [
+                {"_id": "ok-1", "text": "first fine record"},
+                {"_id": "bad", "text": "broken \u0000 record"},
+                {"_id": "ok-2", "text": "second fine record"},
+            ],
+        )
+        summary = ingestor.ingest_paths([tmp_path])
+        assert summary.documents == 2
+        assert [p.rsplit("#", 1)[1] for p, _ in summary.failures] == ["bad"]
+        assert "database rejected" in summary.failures[0][1]
+        assert store.counts()["documents"] == 2
+        assert_stats_consistent(store)
+
     def test_duplicate_ids_keep_the_first_and_report_the_second(
         self, ingestor: Ingestor, store: Store, tmp_path: Path
     ) -> None:

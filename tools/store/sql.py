@@ -136,7 +136,7 @@ UPDATE term_stats AS s SET df = s.df - d.n
 FROM (
     SELECT p.tenant, p.lexeme, count(*) AS n
     FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id
-    WHERE c.document_id = %(document_id)s
+    WHERE c.document_id = ANY(%(document_ids)s::text[])
     GROUP BY p.tenant, p.lexeme ORDER BY p.lexeme
 ) AS d
 WHERE s.tenant = d.tenant AND s.lexeme = d.lexeme
@@ -147,11 +147,12 @@ UPDATE corpus_stats AS s SET
     chunk_count = s.chunk_count - d.n,
     total_length = s.total_length - d.len
 FROM (SELECT tenant, count(*) AS n, coalesce(sum(lexeme_count), 0) AS len
-      FROM chunks WHERE document_id = %(document_id)s GROUP BY tenant) AS d
+      FROM chunks WHERE document_id = ANY(%(document_ids)s::text[])
+      GROUP BY tenant) AS d
 WHERE s.tenant = d.tenant
 """
 
-DELETE_DOCUMENT = "DELETE FROM documents WHERE id = %(document_id)s"
+DELETE_DOCUMENTS = "DELETE FROM documents WHERE id = ANY(%(document_ids)s::text[])"
 
 INSERT_DOCUMENT = """
 INSERT INTO documents (id, source_id, tenant, title, path, source_uri, revision,
@@ -175,14 +176,14 @@ INSERT INTO chunk_terms (tenant, lexeme, chunk_id, tf, doc_len, acl, document_id
 SELECT c.tenant, t.lexeme, c.id, cardinality(t.positions),
        sum(cardinality(t.positions)) OVER (PARTITION BY c.id), c.acl, c.document_id
 FROM chunks c, unnest(c.tsv_prose) AS t
-WHERE c.document_id = %(document_id)s
+WHERE c.document_id = ANY(%(document_ids)s::text[])
 """
 
 SET_LEXEME_COUNTS = """
 UPDATE chunks c SET lexeme_count = d.len
 FROM (SELECT chunk_id, sum(tf) AS len FROM chunk_terms p
       JOIN chunks c2 ON c2.id = p.chunk_id
-      WHERE c2.document_id = %(document_id)s GROUP BY chunk_id) AS d
+      WHERE c2.document_id = ANY(%(document_ids)s::text[]) GROUP BY chunk_id) AS d
 WHERE c.id = d.chunk_id
 """
 
@@ -190,7 +191,7 @@ ADD_TERM_STATS = """
 INSERT INTO term_stats (tenant, lexeme, df)
 SELECT p.tenant, p.lexeme, count(*)
 FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id
-WHERE c.document_id = %(document_id)s
+WHERE c.document_id = ANY(%(document_ids)s::text[])
 GROUP BY p.tenant, p.lexeme ORDER BY p.lexeme
 ON CONFLICT (tenant, lexeme) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 """
@@ -198,7 +199,7 @@ ON CONFLICT (tenant, lexeme) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 ADD_CORPUS_STATS = """
 INSERT INTO corpus_stats AS s (tenant, chunk_count, total_length)
 SELECT tenant, count(*), coalesce(sum(lexeme_count), 0)
-FROM chunks WHERE document_id = %(document_id)s GROUP BY tenant
+FROM chunks WHERE document_id = ANY(%(document_ids)s::text[]) GROUP BY tenant
 ON CONFLICT (tenant) DO UPDATE SET
     chunk_count = s.chunk_count + EXCLUDED.chunk_count,
     total_length = s.total_length + EXCLUDED.total_length

@@ -305,79 +305,95 @@ class Store:
         Readers see either the old revision or the new one, never a mixture; an
         error anywhere rolls the whole document back.
         """
+        self.write_documents([doc])
+
+    def write_documents(self, docs: Sequence[DocumentRecord]) -> None:
+        """Replace several documents in one transaction, with set-based statements.
+
+        All or nothing: each document is fully old or fully new afterwards. Callers
+        that must isolate a bad document retry one by one (see the ingest job).
+        """
+        if not docs:
+            return
         with self.connection() as conn, conn.transaction():
-            # Not waiting for the WAL flush keeps each document atomic (it commits or
-            # not) and only risks losing the last few commits if the server crashes,
-            # which a re-run re-ingests; it saves one fsync per document.
+            # Not waiting for the WAL flush keeps the batch atomic (it commits or
+            # not) and only risks losing the last commits if the server crashes,
+            # which a re-run re-ingests; it saves one fsync per transaction.
             conn.execute("SET LOCAL synchronous_commit = off")
-            self._delete_document(conn, doc.id)
-            self._insert_document(conn, doc)
+            self._delete_documents(conn, [doc.id for doc in docs])
+            self._insert_documents(conn, docs)
 
     def delete_document(self, document_id: str) -> bool:
         """Delete a document, its chunks, postings and graph evidence."""
         with self.connection() as conn, conn.transaction():
-            return self._delete_document(conn, document_id)
+            return self._delete_documents(conn, [document_id]) > 0
 
-    def _delete_document(self, conn: psycopg.Connection[Any], document_id: str) -> bool:
-        params = {"document_id": document_id}
+    def _delete_documents(self, conn: psycopg.Connection[Any], ids: list[str]) -> int:
+        params = {"document_ids": ids}
         conn.execute(q.SUBTRACT_TERM_STATS, params)
         conn.execute(q.SUBTRACT_CORPUS_STATS, params)
-        return conn.execute(q.DELETE_DOCUMENT, params).rowcount > 0
+        return conn.execute(q.DELETE_DOCUMENTS, params).rowcount
 
-    def _insert_document(
-        self, conn: psycopg.Connection[Any], doc: DocumentRecord
+    def _insert_documents(
+        self, conn: psycopg.Connection[Any], docs: Sequence[DocumentRecord]
     ) -> None:
-        conn.execute(
-            q.INSERT_DOCUMENT,
-            {
-                "id": doc.id,
-                "source_id": doc.source_id,
-                "tenant": doc.tenant,
-                "title": doc.title,
-                "path": doc.path,
-                "source_uri": doc.source_uri,
-                "revision": doc.revision,
-                "parser_version": doc.parser_version,
-                "acl": list(doc.acl),
-                "metadata": Jsonb(doc.metadata),
-                "content": doc.content,
-                "embedding_model": doc.embedding_model,
-                "created_at": doc.created_at,
-                "updated_at": doc.updated_at,
-            },
-        )
+        with conn.cursor() as cur:
+            cur.executemany(
+                q.INSERT_DOCUMENT,
+                [
+                    {
+                        "id": doc.id,
+                        "source_id": doc.source_id,
+                        "tenant": doc.tenant,
+                        "title": doc.title,
+                        "path": doc.path,
+                        "source_uri": doc.source_uri,
+                        "revision": doc.revision,
+                        "parser_version": doc.parser_version,
+                        "acl": list(doc.acl),
+                        "metadata": Jsonb(doc.metadata),
+                        "content": doc.content,
+                        "embedding_model": doc.embedding_model,
+                        "created_at": doc.created_at,
+                        "updated_at": doc.updated_at,
+                    }
+                    for doc in docs
+                ],
+            )
         with conn.cursor().copy(q.COPY_CHUNKS) as copy:
-            for chunk in doc.chunks:
-                copy.write_row(
-                    (
-                        chunk.id,
-                        doc.id,
-                        doc.source_id,
-                        doc.tenant,
-                        list(doc.acl),
-                        chunk.ordinal,
-                        list(chunk.heading_path),
-                        chunk.body,
-                        chunk.content,
-                        chunk.char_start,
-                        chunk.char_end,
-                        chunk.token_count,
-                        doc.revision,
-                        doc.source_uri,
-                        doc.parser_version,
-                        doc.embedding_model,
-                        doc.embedding_version,
-                        doc.updated_at,
-                        list(chunk.identifiers),
-                        _vector_literal(chunk.embedding),
+            for doc in docs:
+                for chunk in doc.chunks:
+                    copy.write_row(
+                        (
+                            chunk.id,
+                            doc.id,
+                            doc.source_id,
+                            doc.tenant,
+                            list(doc.acl),
+                            chunk.ordinal,
+                            list(chunk.heading_path),
+                            chunk.body,
+                            chunk.content,
+                            chunk.char_start,
+                            chunk.char_end,
+                            chunk.token_count,
+                            doc.revision,
+                            doc.source_uri,
+                            doc.parser_version,
+                            doc.embedding_model,
+                            doc.embedding_version,
+                            doc.updated_at,
+                            list(chunk.identifiers),
+                            _vector_literal(chunk.embedding),
+                        )
                     )
-                )
-        params = {"document_id": doc.id}
+        params = {"document_ids": [doc.id for doc in docs]}
         conn.execute(q.INSERT_POSTINGS, params)
         conn.execute(q.SET_LEXEME_COUNTS, params)
         conn.execute(q.ADD_TERM_STATS, params)
         conn.execute(q.ADD_CORPUS_STATS, params)
-        self._write_graph(conn, doc)
+        for doc in docs:
+            self._write_graph(conn, doc)
 
     def _write_graph(self, conn: psycopg.Connection[Any], doc: DocumentRecord) -> None:
         def upsert(name: str, **fields: Any) -> str:
