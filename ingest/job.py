@@ -273,10 +273,13 @@ class Ingestor:
         self, batch: list[SourceDocument], summary: IngestSummary
     ) -> list[_Prepared]:
         prepared = []
+        stored_revisions = self.store.document_revisions(
+            [document_key(s.tenant, s.source_id) for s in batch]
+        )
         for source in batch:
             document_id = document_key(source.tenant, source.source_id)
             revision = revision_of(source, self.embedder.model)
-            stored = self.store.document_revision(document_id)
+            stored = stored_revisions.get(document_id)
             if stored is not None and stored == (revision, self.embedder.model):
                 summary.skipped += 1
                 continue

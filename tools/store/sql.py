@@ -125,8 +125,8 @@ WHERE c.id = ANY(%(chunk_ids)s::text[]) AND {filters}
 )
 
 # --- ingestion ----------------------------------------------------------------------
-DOCUMENT_REVISION = """
-SELECT revision, embedding_model FROM documents WHERE id = %s
+DOCUMENT_REVISIONS = """
+SELECT id, revision, embedding_model FROM documents WHERE id = ANY(%s::text[])
 """
 
 # Remove a document's contribution to the BM25 statistics before its rows go.

@@ -295,9 +295,15 @@ class Store:
     # --- documents ------------------------------------------------------------------
     def document_revision(self, document_id: str) -> tuple[str, str] | None:
         """Return (revision, embedding model) of a stored document, or None."""
+        return self.document_revisions([document_id]).get(document_id)
+
+    def document_revisions(
+        self, document_ids: Sequence[str]
+    ) -> dict[str, tuple[str, str]]:
+        """(revision, embedding model) of those of ``document_ids`` that are stored."""
         with self.connection() as conn:
-            row = conn.execute(q.DOCUMENT_REVISION, (document_id,)).fetchone()
-        return (row[0], row[1]) if row else None
+            rows = conn.execute(q.DOCUMENT_REVISIONS, (list(document_ids),)).fetchall()
+        return {row[0]: (row[1], row[2]) for row in rows}
 
     def write_document(self, doc: DocumentRecord) -> None:
         """Replace a document and everything derived from it in one transaction.
