@@ -270,10 +270,12 @@ class Retriever:
         depth: int | None = None,
         trace: RetrievalTrace | None = None,
         query_embedding: Sequence[float] | None = None,
+        run_dense: bool = True,
     ) -> dict[str, list[tuple[str, float]]]:
-        """Run both channels; return ranked (chunk id, score) lists per channel.
+        """Run the channels; return ranked (chunk id, score) lists per channel.
 
-        ``query_embedding`` skips embedding the query (batched callers, benchmarks).
+        ``query_embedding`` skips embedding the query (batched callers, benchmarks);
+        ``run_dense=False`` runs the lexical channel alone (its dense list is empty).
         """
         trace = trace if trace is not None else RetrievalTrace()
         depth = depth or self.depth
@@ -294,6 +296,10 @@ class Retriever:
             phrases=parsed.phrases,
         )
         trace.lexical_ms = (time.perf_counter() - started) * 1000
+        trace.lexical_candidates = len(lexical)
+        lexical_hits = [(chunk_id, score) for chunk_id, score, _ in lexical]
+        if not run_dense:
+            return {"lexical": lexical_hits, "dense": []}
         started = time.perf_counter()
         vector = (
             list(query_embedding)
@@ -306,9 +312,9 @@ class Retriever:
             vector, scope, depth=depth, ef_search=HNSW_EF_SEARCH
         )
         trace.dense_ms = (time.perf_counter() - started) * 1000
-        trace.lexical_candidates, trace.dense_candidates = len(lexical), len(dense)
+        trace.dense_candidates = len(dense)
         return {
-            "lexical": [(chunk_id, score) for chunk_id, score, _hits in lexical],
+            "lexical": lexical_hits,
             "dense": dense,
         }
 
@@ -335,30 +341,14 @@ class Retriever:
             raise ValueError(f"channels must be a non-empty subset of {CHANNELS}")
         trace = trace if trace is not None else RetrievalTrace()
         depth = depth or self.depth
-        if "dense" in channels:
-            ranked = self.channels(
-                query, scope, depth=depth, trace=trace, query_embedding=query_embedding
-            )
-        else:
-            ranked = {c: [] for c in CHANNELS}
-            if self._check_index():
-                parsed = parse_websearch(query)
-                if parsed.constraint:
-                    scope = replace(scope, constraint=parsed.constraint)
-                started = time.perf_counter()
-                lexical = self.store.search_lexical(
-                    parsed.text,
-                    extract_identifiers(parsed.text),
-                    scope,
-                    depth=depth,
-                    k1=self.k1,
-                    b=self.b,
-                    phrases=parsed.phrases,
-                )
-                trace.lexical_ms = (time.perf_counter() - started) * 1000
-                ranked["lexical"] = [
-                    (chunk_id, score) for chunk_id, score, _ in lexical
-                ]
+        ranked = self.channels(
+            query,
+            scope,
+            depth=depth,
+            trace=trace,
+            query_embedding=query_embedding,
+            run_dense="dense" in channels,
+        )
         lists = {c: [i for i, _ in ranked[c]] for c in channels}
         fused = fuse(
             {c: ranked[c] for c in channels},
