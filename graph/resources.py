@@ -13,7 +13,6 @@ from typing import Any
 
 from retrieval_pipeline.tools.rerankers import Reranker, resolve_reranker
 from retrieval_pipeline.tools.retrieve import Retriever
-from retrieval_pipeline.tools.store.graph import GraphStore
 from retrieval_pipeline.tools.store.store import Store
 from retrieval_pipeline.tools.tokens import TokenCounter, default_token_counter
 
@@ -34,11 +33,6 @@ class PipelineResources:
     def store(self) -> Store:
         """The PostgreSQL store."""
         return self.retriever.store
-
-    @property
-    def graph_store(self) -> GraphStore:
-        """Entity-graph local search over the same store."""
-        return GraphStore(self.store)
 
     def reranker_for(self, kind: str) -> Reranker:
         """The explicit reranker, else the one ``kind`` resolves to (cached)."""

@@ -83,9 +83,7 @@ def make_assemble_context(
         chunks = [chunk_output(rows[i], by_id[i]) for i in selected]
         debug.update(
             candidate_pool=len(ranked),
-            assembled_tokens=sum(
-                resources.counter.count(rows[i]["content"]) for i in selected
-            ),
+            assembled_tokens=sum(result.token_counts[i] for i in selected),
             token_method=resources.counter.method,
             duplicates_dropped=len(result.dropped_duplicates),
             budget_dropped=len(result.dropped_budget),

@@ -67,6 +67,7 @@ class AssemblyResult:
 
     selected: list[str]  # chunk ids, strongest evidence first
     tokens: int
+    token_counts: dict[str, int] = field(default_factory=dict)  # per selected chunk
     dropped_duplicates: list[str] = field(default_factory=list)
     dropped_budget: list[str] = field(default_factory=list)
     dropped_document_share: list[str] = field(default_factory=list)
@@ -140,4 +141,5 @@ def assemble(
     # Front-load: strongest evidence first (MMR order only decided membership).
     chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))
     result.selected = [item.chunk_id for item in chosen]
+    result.token_counts = {item.chunk_id: tokens[item.chunk_id] for item in chosen}
     return result

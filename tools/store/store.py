@@ -293,10 +293,6 @@ class Store:
             )
 
     # --- documents ------------------------------------------------------------------
-    def document_revision(self, document_id: str) -> tuple[str, str] | None:
-        """Return (revision, embedding model) of a stored document, or None."""
-        return self.document_revisions([document_id]).get(document_id)
-
     def document_revisions(
         self, document_ids: Sequence[str]
     ) -> dict[str, tuple[str, str]]:
