@@ -4,14 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # torch is pinned (in the `local` extra) to the CPU wheel; never let pip pick a CUDA build.
-EXTRAS := local,eval,onnx,dev
+EXTRAS := local,eval,onnx,serve,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # The demo keeps its database inside the checkout unless told otherwise.
 DEMO_HOME ?= $(CURDIR)/.rp_home
 DEMO_QUESTION ?= Who owns the service that failed with ERR_CONN_RESET in v2.3.1?
 
-.PHONY: venv bench-venv demo test test-unit test-integration lint format bench \
-	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline clean
+.PHONY: venv studio-venv bench-venv demo test test-unit test-integration test-studio \
+	serve studio lint format bench \
+	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline bench-serve clean
 
 venv: $(STAMP)
 
@@ -20,6 +21,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0 -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-*
+	touch $@
+
+# LangGraph Studio's server (langgraph-cli[inmem]) needs sse-starlette>=2 and LangServe
+# pins <2, so it gets its own environment: a venv whose own site-packages (the studio
+# extra) come first, layered over .venv's for everything else (torch is not installed
+# twice).
+STUDIO_VENV := .venv-studio
+STUDIO_STAMP := $(STUDIO_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+studio-venv: $(STUDIO_STAMP)
+
+$(STUDIO_STAMP): $(STAMP)
+	test -x $(STUDIO_VENV)/bin/python || $(PYTHON) -m venv $(STUDIO_VENV)
+	base=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	site=$$($(STUDIO_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	echo "import site; site.addsitedir('$$base')" > "$$site/zz_base_venv.pth"
+	$(STUDIO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(STUDIO_VENV)/bin/python -m pip install --quiet -e '.[studio]'
+	rm -f $(STUDIO_VENV)/.installed-*
 	touch $@
 
 demo: venv
@@ -45,6 +65,18 @@ format: venv
 
 test: lint
 	$(BIN)/pytest -q tests
+	$(MAKE) test-studio
+
+test-studio: studio-venv
+	RP_REQUIRE_STUDIO=1 $(STUDIO_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/studio
+
+# The LangServe endpoint on 127.0.0.1:8000 (playground: /retrieve/playground/).
+serve: venv
+	$(BIN)/retrieval-pipeline serve
+
+# LangGraph Studio's local server for both graphs in langgraph.json.
+studio: studio-venv
+	$(STUDIO_VENV)/bin/langgraph dev --no-reload
 
 test-unit: venv
 	$(BIN)/pytest -q tests/unit
@@ -55,7 +87,7 @@ test-integration: venv
 # The whole benchmark suite (about 45 minutes on 2 cores: it embeds four corpora once,
 # into bench/.cache, then reuses them). Each writes bench/results/*.json and
 # regenerates BENCHMARKS.md.
-bench: bench-ingest bench-quality bench-fusion bench-latency bench-pipeline
+bench: bench-ingest bench-quality bench-fusion bench-latency bench-pipeline bench-serve
 
 bench-venv: venv
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),bench]'
@@ -75,5 +107,8 @@ bench-latency: bench-venv
 bench-pipeline: bench-venv
 	$(BIN)/python bench/pipeline.py
 
+bench-serve: bench-venv
+	$(BIN)/python bench/serve.py
+
 clean:
-	rm -rf $(VENV) .rp_home .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(STUDIO_VENV) .langgraph_api .rp_home .pytest_cache .mypy_cache .ruff_cache build *.egg-info

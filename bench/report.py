@@ -223,6 +223,40 @@ def _fusion_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _serve_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    o, load = result["overhead"], result["load"]
+    b, a = load["before"], load["after"]
+    return [
+        "## Serving (`bench/serve.py`)",
+        "",
+        f"`retrieval-pipeline serve` (LangServe, uvicorn, one process) on loopback over "
+        f"the sample corpus; {result['machine']}, measured {result['date']}.",
+        "",
+        f"Overhead, {o['calls']} interleaved calls each (default context: wide retrieve, "
+        "graph fusion, assembly):",
+        "",
+        "| path | p50 ms | p95 ms |",
+        "|---|---|---|",
+        f"| in-process `graph.invoke` | {o['in_process_p50_ms']:.2f} | {o['in_process_p95_ms']:.2f} |",
+        f"| HTTP `POST /retrieve/invoke` | {o['http_p50_ms']:.2f} | {o['http_p95_ms']:.2f} |",
+        "",
+        f"Serving overhead (HTTP p50 minus in-process p50): "
+        f"**{o['overhead_p50_ms']:.2f} ms** (goal < 5 ms).",
+        "",
+        f"Load: {load['clients']} concurrent clients for {load['seconds']} s: "
+        f"{load['requests']} requests, **{load['errors']} errors**, "
+        f"{load['throughput_rps']:.1f} req/s, p50 {load['p50_ms']:.1f} ms, "
+        f"p95 {load['p95_ms']:.1f} ms.",
+        "",
+        "| | before | after |",
+        "|---|---|---|",
+        f"| server's DB pool size (/metrics) | {b['pool_size']:.0f} | {a['pool_size']:.0f} |",
+        f"| PostgreSQL backends (pg_stat_activity) | {b['backends']} | {a['backends']} |",
+        f"| server RSS MB | {b['rss_mb']:.0f} | {a['rss_mb']:.0f} |",
+        "",
+    ]
+
+
 def write_benchmarks_md() -> Path:
     lines = [
         "# Benchmarks",
@@ -243,6 +277,9 @@ def write_benchmarks_md() -> Path:
     latency = RESULTS / "latency.json"
     if latency.exists():
         lines += _latency_section(json.loads(latency.read_text()))
+    serve = RESULTS / "serve.json"
+    if serve.exists():
+        lines += _serve_section(json.loads(serve.read_text()))
     ingest = RESULTS / "ingest.json"
     if ingest.exists():
         lines += _ingest_section(json.loads(ingest.read_text()))

@@ -24,7 +24,12 @@ from langgraph.types import Send
 from retrieval_pipeline.graph.context import Context
 from retrieval_pipeline.graph.resources import PipelineResources, default_resources
 from retrieval_pipeline.graph.routing import active_stages, branches, validate_input
-from retrieval_pipeline.graph.state import PipelineInput, PipelineOutput, PipelineState
+from retrieval_pipeline.graph.state import (
+    PipelineInput,
+    PipelineOutput,
+    PipelineState,
+    merge_debug,
+)
 from retrieval_pipeline.nodes._common import context_of
 from retrieval_pipeline.nodes.assemble_context import make_assemble_context
 from retrieval_pipeline.nodes.fuse_graph import make_fuse_graph
@@ -32,6 +37,7 @@ from retrieval_pipeline.nodes.hybrid_retrieve import make_hybrid_retrieve
 from retrieval_pipeline.nodes.plain_retrieve import make_plain_retrieve
 from retrieval_pipeline.nodes.rerank import make_rerank
 from retrieval_pipeline.nodes.understand_query import make_understand_query
+from retrieval_pipeline.observability import emit_trace, trace_record
 
 ResourceSource = PipelineResources | Callable[[], PipelineResources]
 
@@ -102,7 +108,7 @@ def build_pipeline(
     builder.add_node("fuse_graph", _deferred(lazy, make_fuse_graph))
     builder.add_node("rerank", _deferred(lazy, make_rerank))
     builder.add_node("assemble_context", _deferred(lazy, _with_summary(lazy)))
-    builder.add_node("plain_retrieve", _deferred(lazy, make_plain_retrieve))
+    builder.add_node("plain_retrieve", _deferred(lazy, _traced_plain_retrieve))
     builder.add_conditional_edges(
         START, route_start, ["understand_query", "plain_retrieve", "hybrid_retrieve"]
     )
@@ -154,12 +160,36 @@ def _with_summary(
                 ),
             }
             update["retrieval_debug"] = {**summary, **update["retrieval_debug"]}
+            emit_trace(
+                trace_record(
+                    state,
+                    merge_debug(seen, update["retrieval_debug"]),
+                    update["chunks"],
+                )
+            )
             return update
 
         return assemble_context
 
     make_assemble_with_summary.__name__ = "make_assemble_context"
     return make_assemble_with_summary
+
+
+def _traced_plain_retrieve(
+    resources: PipelineResources,
+) -> Callable[..., dict[str, Any]]:
+    plain = make_plain_retrieve(resources)
+
+    def plain_retrieve(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
+        update = plain(state, runtime)
+        debug = {
+            **update["retrieval_debug"],
+            "index_revision": resources.store.index_revision(state.get("tenant") or ""),
+        }
+        emit_trace(trace_record(state, debug, update["chunks"]))
+        return update
+
+    return plain_retrieve
 
 
 graph = build_pipeline()

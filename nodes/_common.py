@@ -11,6 +11,7 @@ from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.context import Context, resolve_context
 from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.observability import stage_event
 from retrieval_pipeline.tools.store.store import AccessScope
 
 
@@ -21,13 +22,19 @@ def context_of(runtime: Runtime[Any] | None) -> Context:
 
 @contextmanager
 def stage_timer(debug: dict[str, Any], stage: str) -> Iterator[None]:
-    """Record a stage's wall time (ms) into ``debug["stage_ms"][stage]``."""
+    """Record a stage's wall time (ms) into ``debug["stage_ms"][stage]``.
+
+    Also streams ``{"retrieval_pipeline": {"stage", "status", "ms"}}`` custom events
+    at the start and end, so a UI can show which stage runs.
+    """
+    stage_event(stage, "start")
     started = time.perf_counter()
     try:
         yield
     finally:
-        elapsed = (time.perf_counter() - started) * 1000
-        debug.setdefault("stage_ms", {})[stage] = round(elapsed, 3)
+        elapsed = round((time.perf_counter() - started) * 1000, 3)
+        debug.setdefault("stage_ms", {})[stage] = elapsed
+        stage_event(stage, "end", elapsed)
 
 
 def fallback(stage: str, reason: str) -> dict[str, str]:

@@ -134,7 +134,31 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument(
         "--yes", action="store_true", help="confirm `reset` (deletes all data)"
     )
+
+    serve = sub.add_parser(
+        "serve", help="serve the pipeline over HTTP (LangServe; needs the serve extra)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="bind address")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--api-keys",
+        default=None,
+        help="JSON/YAML file mapping API keys to principals and tenant "
+        "(required to bind beyond loopback)",
+    )
     return parser
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from retrieval_pipeline.serve import serve
+    except ImportError as exc:
+        raise RetrievalPipelineError(
+            f"serving needs the serve extra ({exc.name} is missing): "
+            "pip install 'retrieval-pipeline[serve]'"
+        ) from exc
+    serve(args.host, args.port, api_keys_file=args.api_keys)
+    return 0
 
 
 def _print_json(value: Any) -> None:
@@ -351,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "eval": _cmd_eval,
         "delete": _cmd_delete,
         "db": _cmd_db,
+        "serve": _cmd_serve,
     }
     try:
         return handlers[args.command](args)

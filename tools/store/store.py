@@ -154,6 +154,10 @@ class Store:
         # Vectors travel as text literals cast in SQL, so no type registration needed.
         conn.autocommit = True
 
+    def pool_stats(self) -> dict[str, int]:
+        """The connection pool's counters (``pool_size``, ``pool_available``, ...)."""
+        return dict(self._pool.get_stats())
+
     def close(self) -> None:
         """Close every pooled connection."""
         self._pool.close()

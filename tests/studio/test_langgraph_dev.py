@@ -1,0 +1,205 @@
+"""LangGraph Studio's server: `langgraph dev` serves both graphs from langgraph.json.
+
+Runs only in the studio environment (``make test-studio``): ``langgraph-cli[inmem]``
+cannot share an environment with ``langserve[server]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+QUESTION = "Who owns the service that failed with ERR_CONN_RESET?"
+
+
+def _langgraph_cli() -> str | None:
+    beside = Path(sys.executable).with_name("langgraph")
+    return str(beside) if beside.exists() else shutil.which("langgraph")
+
+
+if _langgraph_cli() is None:
+    if os.environ.get("RP_REQUIRE_STUDIO"):
+        raise RuntimeError("langgraph-cli[inmem] is not installed in this environment")
+    pytest.skip("needs the studio extra (make test-studio)", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _config(tmp: Path) -> Path:
+    """The committed langgraph.json with its paths made absolute, in a temp dir.
+
+    `langgraph dev` writes its state beside the config; keeping it out of the
+    checkout also keeps the tree clean.
+    """
+    config = json.loads((REPO / "langgraph.json").read_text())
+    config["dependencies"] = [str(REPO)]
+    for spec in config["graphs"].values():
+        spec["path"] = str(REPO / spec["path"].removeprefix("./"))
+    path = tmp / "langgraph.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture()
+def server(
+    pg_url: str, ingestor: Any, sample_corpus: Path, tmp_path: Path
+) -> Iterator[str]:
+    ingestor.ingest_paths([sample_corpus])
+    port = _free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "VOYAGE_", "COHERE_", "LANGSMITH_"))
+    }
+    env.update(DATABASE_URL=pg_url, LANGGRAPH_CLI_NO_ANALYTICS="1")
+    log = (tmp_path / "langgraph-dev.log").open("w")
+    process = subprocess.Popen(
+        [
+            str(_langgraph_cli()),
+            "dev",
+            "--no-browser",
+            "--no-reload",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--config",
+            str(_config(tmp_path)),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    "langgraph dev exited:\n"
+                    + (tmp_path / "langgraph-dev.log").read_text()[-4000:]
+                )
+            try:
+                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("langgraph dev did not answer /ok in 120 s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+def _assistant(http: httpx.Client, graph_id: str) -> str:
+    found = http.post("/assistants/search", json={"graph_id": graph_id}).json()
+    assert found, f"no assistant for {graph_id}"
+    return str(found[0]["assistant_id"])
+
+
+def _sse(body: str) -> list[tuple[str, Any]]:
+    events: list[tuple[str, Any]] = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        name, data = "", ""
+        for line in block.splitlines():
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data += line[5:].strip()
+        if name:
+            events.append((name, json.loads(data) if data else None))
+    return events
+
+
+def test_studio_serves_pipeline_and_agent(server: str) -> None:
+    with httpx.Client(base_url=server, timeout=120) as http:
+        pipeline_id = _assistant(http, "retrieval_pipeline")
+        schemas = http.get(f"/assistants/{pipeline_id}/schemas").json()
+        inputs = schemas["input_schema"]["properties"]
+        assert {"question", "limit", "doc_ids", "principals", "tenant"} <= set(inputs)
+        context = schemas["context_schema"]["properties"]
+        assert {"graph_fusion", "reranker", "token_budget", "candidate_pool"} <= set(
+            context
+        )
+        assert set(schemas["output_schema"]["properties"]) == {
+            "chunks",
+            "retrieval_debug",
+        }
+
+        waited = http.post(
+            "/runs/wait",
+            json={
+                "assistant_id": "retrieval_pipeline",
+                "input": {"question": QUESTION, "limit": 3},
+            },
+        )
+        assert waited.status_code == 200, waited.text
+        output = waited.json()
+        assert len(output["chunks"]) == 3
+        assert output["retrieval_debug"]["path"] == "pipeline"
+        assert output["chunks"][0]["source_uri"].startswith("file://")
+
+        plain = http.post(
+            "/runs/wait",
+            json={
+                "assistant_id": "retrieval_pipeline",
+                "input": {"question": QUESTION, "limit": 2},
+                "context": {"graph_fusion": False},
+            },
+        ).json()
+        assert plain["retrieval_debug"]["path"] == "plain_retrieve"
+
+        streamed = http.post(
+            "/runs/stream",
+            json={
+                "assistant_id": "retrieval_pipeline",
+                "input": {"question": QUESTION, "limit": 3},
+                "stream_mode": ["updates", "custom"],
+            },
+        )
+        events = _sse(streamed.text)
+        updates = [node for name, data in events if name == "updates" for node in data]
+        stages = [
+            data["retrieval_pipeline"]["stage"]
+            for name, data in events
+            if name == "custom" and data["retrieval_pipeline"]["status"] == "end"
+        ]
+        assert updates == ["hybrid_retrieve", "fuse_graph", "assemble_context"]
+        assert stages == updates
+
+        agent = http.post(
+            "/runs/wait",
+            json={
+                "assistant_id": "retrieval_agent",
+                "input": {"messages": [{"role": "human", "content": QUESTION}]},
+            },
+        ).json()
+        assert agent["answer"].startswith("No chat model is configured")
+        assert agent["citations"][0]["marker"] == "[1]"
+        assert agent["citations"][0]["source_uri"].startswith("file://")
