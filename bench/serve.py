@@ -215,9 +215,10 @@ async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
                     response = await http.post(
                         "/retrieve/invoke", json={"input": {"question": q, "limit": 8}}
                     )
-                    ok = response.status_code == 200 and response.json()["output"][
-                        "chunks"
-                    ]
+                    ok = (
+                        response.status_code == 200
+                        and response.json()["output"]["chunks"]
+                    )
                     if not ok:
                         key = f"status {response.status_code}"
                         errors[key] = errors.get(key, 0) + 1
