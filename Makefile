@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # torch is pinned (in the `local` extra) to the CPU wheel; never let pip pick a CUDA build.
-EXTRAS := local,eval,onnx,serve,dev
+EXTRAS := local,eval,onnx,serve,langchain-postgres,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # The demo keeps its database inside the checkout unless told otherwise.
 DEMO_HOME ?= $(CURDIR)/.rp_home
@@ -12,7 +12,7 @@ DEMO_QUESTION ?= Who owns the service that failed with ERR_CONN_RESET in v2.3.1?
 
 .PHONY: venv studio-venv bench-venv demo test test-unit test-integration test-studio \
 	serve studio lint format bench \
-	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline bench-serve clean
+	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline bench-serve bench-interop clean
 
 venv: $(STAMP)
 
@@ -87,7 +87,7 @@ test-integration: venv
 # The whole benchmark suite (about 45 minutes on 2 cores: it embeds four corpora once,
 # into bench/.cache, then reuses them). Each writes bench/results/*.json and
 # regenerates BENCHMARKS.md.
-bench: bench-ingest bench-quality bench-fusion bench-latency bench-pipeline bench-serve
+bench: bench-ingest bench-quality bench-fusion bench-latency bench-pipeline bench-serve bench-interop
 
 bench-venv: venv
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),bench]'
@@ -109,6 +109,9 @@ bench-pipeline: bench-venv
 
 bench-serve: bench-venv
 	$(BIN)/python bench/serve.py
+
+bench-interop: bench-venv
+	$(BIN)/python bench/interop.py
 
 clean:
 	rm -rf $(VENV) $(STUDIO_VENV) .langgraph_api .rp_home .pytest_cache .mypy_cache .ruff_cache build *.egg-info

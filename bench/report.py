@@ -257,6 +257,39 @@ def _serve_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     ]
 
 
+def _interop_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    runs = result["import"]
+    lines = [
+        "## langchain-postgres import (`bench/interop.py`)",
+        "",
+        f"{result['documents']} SciFact documents written to a `PGVector` collection by "
+        f"langchain-postgres ({result['langchain_write_s']:.1f} s, embedding included), "
+        f"then imported; measured {result['date']}.",
+        "",
+        "| import | seconds | of which embedding | vectors reused |",
+        "|---|---|---|---|",
+    ]
+    for name, run in runs.items():
+        lines.append(
+            f"| {name} | {run['seconds']:.1f} | {run['embed_seconds']:.1f} | "
+            f"{run['embeddings_reused']} of {run['documents']} |"
+        )
+    reuse = runs["reuse"]
+    lines += [
+        "",
+        f"Unchanged re-import: {reuse['unchanged_reimport_s']:.1f} s "
+        f"({reuse['unchanged_skipped']} rows skipped). nDCG@10 over the "
+        f"{result['queries']} SciFact test queries (all judged documents are in the "
+        "slice), same run:",
+        "",
+        "| system | nDCG@10 |",
+        "|---|---|",
+    ]
+    for name, value in result["ndcg@10"].items():
+        lines.append(f"| {name} | {value:.3f} |")
+    return lines + [""]
+
+
 def write_benchmarks_md() -> Path:
     lines = [
         "# Benchmarks",
@@ -280,6 +313,9 @@ def write_benchmarks_md() -> Path:
     serve = RESULTS / "serve.json"
     if serve.exists():
         lines += _serve_section(json.loads(serve.read_text()))
+    interop = RESULTS / "interop.json"
+    if interop.exists():
+        lines += _interop_section(json.loads(interop.read_text()))
     ingest = RESULTS / "ingest.json"
     if ingest.exists():
         lines += _ingest_section(json.loads(ingest.read_text()))

@@ -8,7 +8,8 @@ embedded database holding examples/sample_corpus, then:
    (issue 5) is HTTP p50 minus in-process p50 under 5 ms;
 2. load: 32 concurrent asyncio clients for 60 s against `/retrieve/invoke`; counts
    errors, reports p50/p95 and throughput, and compares the server's database pool
-   (from /metrics), the PostgreSQL backends and the server's RSS before and after.
+   (from /metrics), the PostgreSQL backends and the server's RSS before (after a 5 s
+   warm-up burst) and after.
 
     python bench/serve.py [--seconds 60] [--clients 32] [--rounds 5]
 """
@@ -124,6 +125,9 @@ def main() -> int:
         results["overhead"] = overhead(graph, url, args.rounds)
         print(json.dumps(results["overhead"], indent=2), file=sys.stderr)
         proc = psutil.Process(server.pid)
+        # A short burst first, so "before" is the warm steady state (pool at its
+        # working size, model and caches loaded) and "after" shows only growth.
+        asyncio.run(load(url, args.clients, 5))
         with httpx.Client(base_url=url, timeout=30) as http:
             before_metrics = http.get("/metrics").text
         before = {

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -56,6 +57,7 @@ class IngestSummary:
     seconds: float = 0.0
     embed_seconds: float = 0.0
     write_seconds: float = 0.0
+    embeddings_reused: int = 0  # stored vectors taken over instead of re-embedding
 
     @property
     def failed(self) -> int:
@@ -75,6 +77,7 @@ class IngestSummary:
             "seconds": round(self.seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3),
             "write_seconds": round(self.write_seconds, 3),
+            "embeddings_reused": self.embeddings_reused,
         }
 
 
@@ -108,10 +111,23 @@ def revision_of(source: SourceDocument, embedding_model: str) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def _reusable(item: _Prepared, dimension: int) -> bool:
+    """A stored vector fits when it embedded exactly the one chunk's indexed text."""
+    vector = item.source.embedding
+    return (
+        vector is not None
+        and len(vector) == dimension
+        and len(item.chunks) == 1
+        and item.chunks[0].indexed_text().strip() == item.source.content.strip()
+    )
+
+
 def chunk_document(source: SourceDocument, counter: TokenCounter) -> list[Chunk]:
     """Chunk a loaded document according to its kind."""
     structured = source.kind in ("markdown", "html")
-    base = () if structured else ((source.title,) if source.title else ())
+    # Imported rows are already chunks; their stored vectors embedded the bare text.
+    titled = not structured and source.kind != "langchain" and source.title
+    base = (source.title,) if titled else ()
     return chunk_text(
         source.content,
         counter=counter,
@@ -295,19 +311,38 @@ class Ingestor:
     def _embed(
         self, prepared: list[_Prepared], summary: IngestSummary
     ) -> list[DocumentRecord]:
-        texts = [chunk.indexed_text() for item in prepared for chunk in item.chunks]
+        reused = {
+            index: item.source.embedding
+            for index, item in enumerate(prepared)
+            if _reusable(item, self.embedder.dimension)
+        }
+        texts = [
+            chunk.indexed_text()
+            for index, item in enumerate(prepared)
+            if index not in reused
+            for chunk in item.chunks
+        ]
         embed_started = time.perf_counter()
-        vectors = self.embedder.embed_documents(texts)
+        fresh = self.embedder.embed_documents(texts) if texts else []
         summary.embed_seconds += time.perf_counter() - embed_started
-        if vectors and len(vectors[0]) != self.embedder.dimension:
+        summary.embeddings_reused += len(reused)
+        vectors: list[Sequence[float]] = []
+        fresh_iter = iter(fresh)
+        for index, item in enumerate(prepared):
+            stored = reused.get(index)
+            if stored is not None:
+                vectors.append(stored)
+            else:
+                vectors.extend(next(fresh_iter) for _ in item.chunks)
+        if fresh and len(fresh[0]) != self.embedder.dimension:
             raise DimensionMismatchError(
                 f"the embedder '{self.embedder.model}' returned "
-                f"{len(vectors[0])}-dimensional "
+                f"{len(fresh[0])}-dimensional "
                 f"vectors but declared {self.embedder.dimension}"
             )
         records = []
         cursor = 0
-        for item in prepared:
+        for index, item in enumerate(prepared):
             source = item.source
             chunk_records = []
             for chunk in item.chunks:
@@ -327,7 +362,9 @@ class Ingestor:
                     )
                 )
                 cursor += 1
-            assert source.updated_at is not None
+            version = self.embedder.version
+            if index in reused:
+                version = f"{version} (vector reused from {source.embedding_origin})"
             records.append(
                 DocumentRecord(
                     id=item.document_id,
@@ -342,9 +379,9 @@ class Ingestor:
                     metadata=source.metadata,
                     content=source.content,
                     embedding_model=self.embedder.model,
-                    embedding_version=self.embedder.version,
+                    embedding_version=version,
                     created_at=source.created_at,
-                    updated_at=source.updated_at,
+                    updated_at=source.updated_at or datetime.now(UTC),
                     chunks=tuple(chunk_records),
                     entities=source.entities,
                     relations=source.relations,

@@ -80,6 +80,11 @@ class SourceDocument:
     entities: tuple[EntitySpec, ...] = ()
     relations: tuple[RelationSpec, ...] = ()
     title_entity: bool = False
+    embedding: tuple[float, ...] | None = None
+    """A stored vector for ``content`` (imports): reused when the document is one
+    chunk whose indexed text is exactly ``content``; otherwise it is re-embedded."""
+    embedding_origin: str = ""
+    """Where a reused vector came from (recorded in the embedding version)."""
 
 
 @dataclass(frozen=True)

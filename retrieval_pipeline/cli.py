@@ -49,7 +49,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     ingest = sub.add_parser("ingest", help="ingest markdown, text, HTML or BEIR JSONL")
-    ingest.add_argument("paths", nargs="+", type=Path, help="files or directories")
+    ingest.add_argument("paths", nargs="*", type=Path, help="files or directories")
+    ingest.add_argument(
+        "--from-langchain-postgres",
+        metavar="DATABASE_URL",
+        default=None,
+        help="import a langchain-postgres PGVector collection (--collection) or "
+        "PGVectorStore table (--table) from this database",
+    )
+    ingest.add_argument("--collection", default=None, help="PGVector collection name")
+    ingest.add_argument("--table", default=None, help="PGVectorStore table name")
+    ingest.add_argument(
+        "--schema", default="public", help="schema of the PGVectorStore table"
+    )
+    ingest.add_argument(
+        "--embedding-model",
+        default=None,
+        help="model that made the stored vectors (reused when it is ours)",
+    )
     _add_access(ingest, "documents")
     ingest.add_argument(
         "--title-entities",
@@ -171,18 +188,43 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from retrieval_pipeline.tools.embeddings import resolve_embedder
     from retrieval_pipeline.tools.store import open_store
 
+    if bool(args.paths) == bool(args.from_langchain_postgres):
+        raise RetrievalPipelineError(
+            "give files or directories to ingest, or --from-langchain-postgres URL "
+            "with --collection NAME or --table NAME (not both)"
+        )
     embedder = resolve_embedder(args.embeddings)
     with open_store() as store:
         ingestor = Ingestor(
             store, embedder, progress=not (args.no_progress or args.json)
         )
-        summary = ingestor.ingest_paths(
-            args.paths,
-            tenant=args.tenant or "",
-            principals=args.principals,
-            title_entities=args.title_entities,
-            prune=args.prune,
-        )
+        if args.from_langchain_postgres:
+            from retrieval_pipeline.ingest.langchain_postgres import (
+                LangchainSource,
+                import_langchain_postgres,
+            )
+
+            summary = import_langchain_postgres(
+                ingestor,
+                LangchainSource(
+                    args.from_langchain_postgres,
+                    collection=args.collection,
+                    table=args.table,
+                    schema=args.schema,
+                ),
+                tenant=args.tenant or "",
+                principals=args.principals,
+                embedding_model=args.embedding_model,
+                prune=args.prune,
+            )
+        else:
+            summary = ingestor.ingest_paths(
+                args.paths,
+                tenant=args.tenant or "",
+                principals=args.principals,
+                title_entities=args.title_entities,
+                prune=args.prune,
+            )
     if args.json:
         _print_json(summary.to_dict())
     else:
@@ -190,7 +232,12 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             f"ingested {summary.documents} documents ({summary.chunks} chunks), "
             f"skipped {summary.skipped} unchanged, removed {summary.removed}, "
             f"failed {summary.failed} in {summary.seconds:.1f}s "
-            f"(embedding {summary.embed_seconds:.1f}s)"
+            f"(embedding {summary.embed_seconds:.1f}s"
+            + (
+                f"; {summary.embeddings_reused} stored vectors reused)"
+                if summary.embeddings_reused
+                else ")"
+            )
         )
         for path, reason in summary.failures:
             print(f"  failed: {path}: {reason}", file=sys.stderr)

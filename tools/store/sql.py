@@ -14,6 +14,12 @@ TENANT_FILTER = "{a}.tenant = %(tenant)s"
 # A chunk without principals is public; otherwise the caller must hold one of them.
 ACL_FILTER = "({a}.acl = '{{}}'::text[] OR {a}.acl && %(principals)s::text[])"
 SCOPE_FILTER = "{a}.document_id = ANY(%(doc_keys)s::text[])"
+# Document metadata filters (vector-store API): a document matches when its metadata
+# contains any one of the given JSON objects.
+METADATA_FILTER = (
+    "{a}.document_id IN (SELECT md.id FROM documents md WHERE md.tenant = %(tenant)s"
+    " AND md.metadata @> ANY(%(metadata)s::jsonb[]))"
+)
 # Web-search exclusions (-term, -"phrase") with websearch_to_tsquery's own semantics;
 # a constraint without lexemes (only stop words) constrains nothing.
 _CONSTRAINT_QUERY = "websearch_to_tsquery('english'::regconfig, %(constraint)s)"

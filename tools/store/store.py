@@ -78,6 +78,8 @@ class AccessScope:
     tenant: str = ""
     doc_keys: tuple[str, ...] | None = None  # internal document ids; None = no scope
     constraint: str | None = None  # web-search phrases/exclusions every result obeys
+    metadata: tuple[str, ...] | None = None
+    """Document metadata filters: JSON objects, a document must contain one of them."""
 
     def filters(self, alias: str = "c") -> sql.Composable:
         """Return the SQL ``WHERE`` fragment for this scope (values stay parameters).
@@ -90,6 +92,8 @@ class AccessScope:
         parts = [q.TENANT_FILTER, q.ACL_FILTER]
         if self.doc_keys is not None:
             parts.append(q.SCOPE_FILTER)
+        if self.metadata is not None:
+            parts.append(q.METADATA_FILTER)
         fragments = [sql.SQL(part.format(a=alias)) for part in parts]
         if self.constraint:
             fragments.append(sql.SQL(q.CONSTRAINT_FILTER[alias]))
@@ -102,6 +106,7 @@ class AccessScope:
             "principals": list(self.principals),
             "doc_keys": list(self.doc_keys) if self.doc_keys is not None else None,
             "constraint": self.constraint,
+            "metadata": list(self.metadata) if self.metadata is not None else None,
         }
 
 
@@ -333,6 +338,16 @@ class Store:
         """Delete a document, its chunks, postings and graph evidence."""
         with self.connection() as conn, conn.transaction():
             return self._delete_documents(conn, [document_id]) > 0
+
+    def delete_imported(self, origin: str, *, keep_source_ids: Sequence[str]) -> int:
+        """Delete documents imported from ``origin`` whose source id is not kept."""
+        with self.connection() as conn, conn.transaction():
+            rows = conn.execute(
+                "SELECT id FROM documents WHERE metadata->>'imported_from' = %s"
+                " AND NOT (source_id = ANY(%s::text[]))",
+                (origin, list(keep_source_ids)),
+            ).fetchall()
+            return self._delete_documents(conn, [r[0] for r in rows])
 
     def _delete_documents(self, conn: psycopg.Connection[Any], ids: list[str]) -> int:
         params = {"document_ids": ids}
@@ -673,6 +688,39 @@ class Store:
                         "true)"
                     )
             return conn.execute(statement, params).fetchall()
+
+    def document_metadata(
+        self, document_ids: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """Metadata by internal document id (callers pass ids they already may see)."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT id, metadata FROM documents WHERE id = ANY(%s::text[])",
+                (list(document_ids),),
+            ).fetchall()
+        return {r[0]: dict(r[1]) for r in rows}
+
+    def chunk_embeddings(self, chunk_ids: Sequence[str]) -> dict[str, list[float]]:
+        """Stored vectors by chunk id (callers pass ids they already may see)."""
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT id, embedding::text FROM chunks WHERE id = ANY(%s::text[])",
+                (list(chunk_ids),),
+            ).fetchall()
+        return {r[0]: [float(v) for v in r[1].strip("[]").split(",")] for r in rows}
+
+    def documents_by_source_ids(
+        self, source_ids: Sequence[str], scope: AccessScope
+    ) -> list[dict[str, Any]]:
+        """Whole documents by their own ids, filtered by the scope's tenant and ACL."""
+        statement = sql.SQL(
+            "SELECT d.source_id, d.content, d.metadata FROM documents d"
+            " WHERE d.source_id = ANY(%(source_ids)s::text[]) AND {filters}"
+            " ORDER BY array_position(%(source_ids)s::text[], d.source_id)"
+        ).format(filters=sql.SQL(f"{q.TENANT_FILTER} AND {q.ACL_FILTER}".format(a="d")))
+        params = scope.params() | {"source_ids": list(source_ids)}
+        with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            return list(cur.execute(statement, params).fetchall())
 
     def fetch_chunks(
         self, chunk_ids: Sequence[str], scope: AccessScope
