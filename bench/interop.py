@@ -61,7 +61,7 @@ def main() -> int:
     queries = dict(dataset.queries)
     embedder = resolve_embedder("local")
     server = EmbeddedPostgres(
-        Path(os.environ["RETRIEVAL_PIPELINE_HOME"]), keep_running=False
+        Path(os.environ["RETRIEVAL_PIPELINE_HOME"]), keep_running=True
     )
     url = server.start()
     results: dict[str, Any] = {

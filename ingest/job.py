@@ -124,10 +124,17 @@ def _reusable(item: _Prepared, dimension: int) -> bool:
 
 def chunk_document(source: SourceDocument, counter: TokenCounter) -> list[Chunk]:
     """Chunk a loaded document according to its kind."""
+    if source.kind == "langchain":
+        # An imported row is already a chunk (the user's splitter made it, and its
+        # stored vector embedded exactly this text): keep it whole.
+        text = source.content
+        start, end = len(text) - len(text.lstrip()), len(text.rstrip())
+        if start >= end:
+            return []
+        body = text[start:end]
+        return [Chunk(0, (), start, end, body, counter.count(body))]
     structured = source.kind in ("markdown", "html")
-    # Imported rows are already chunks; their stored vectors embedded the bare text.
-    titled = not structured and source.kind != "langchain" and source.title
-    base = (source.title,) if titled else ()
+    base = () if structured else ((source.title,) if source.title else ())
     return chunk_text(
         source.content,
         counter=counter,

@@ -9,7 +9,9 @@ neither SQLAlchemy nor langchain-postgres itself:
   ``content``, ``embedding``, ``langchain_metadata`` by default; any other columns
   are metadata columns and join the metadata).
 
-Each row becomes one document whose id is the row id (the id LangChain gave it).
+Each row becomes one document whose id is the row id (the id LangChain gave it), and
+one chunk: rows are already chunks (the user's splitter made them), so they are not
+split again.
 Metadata maps onto provenance: ``source`` -> source URI and path, ``title`` -> title
 (else the source's file name), ``updated_at`` / ``last_modified`` / ``created_at`` ->
 timestamps. Access control comes from the documented keys ``principals`` (a list, or
@@ -18,9 +20,9 @@ apply to rows without them.
 
 Stored vectors are reused (no embedding call) when the collection's embedding model
 matches ours (``--embedding-model``, else the collection's ``embedding_model``
-metadata) and so does the dimension, and the row stays one chunk; otherwise the row is
-re-embedded. The import is idempotent and incremental: a row whose content and
-metadata are unchanged is skipped; ``prune`` removes documents whose row is gone.
+metadata) and so does the dimension; otherwise the row is re-embedded. The import is
+idempotent and incremental: a row whose content and metadata are unchanged is skipped;
+``prune`` removes documents whose row is gone.
 """
 
 from __future__ import annotations

@@ -336,3 +336,24 @@ class TestVectorStore:
         ]  # a2 is finance-only
         assert vs.delete(["a3"]) is True
         assert "a3" not in {d.id for d in vs.similarity_search("ERR_CONN_RESET", k=3)}
+
+
+def test_long_rows_stay_one_chunk() -> None:
+    from retrieval_pipeline.ingest.job import chunk_document
+    from retrieval_pipeline.ingest.loaders import SourceDocument
+    from retrieval_pipeline.tools.tokens import default_token_counter
+
+    text = "  " + " ".join(f"word{i}" for i in range(2000)) + "\n"
+    source = SourceDocument(
+        source_id="long",
+        title="Long",
+        path="",
+        source_uri="x",
+        content=text,
+        body_start=0,
+        kind="langchain",
+    )
+    (chunk,) = chunk_document(source, default_token_counter())
+    assert chunk.body == text.strip()
+    assert text[chunk.char_start : chunk.char_end] == chunk.body
+    assert chunk.heading_path == ()
