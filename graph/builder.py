@@ -37,7 +37,7 @@ from retrieval_pipeline.nodes.hybrid_retrieve import make_hybrid_retrieve
 from retrieval_pipeline.nodes.plain_retrieve import make_plain_retrieve
 from retrieval_pipeline.nodes.rerank import make_rerank
 from retrieval_pipeline.nodes.understand_query import make_understand_query
-from retrieval_pipeline.observability import emit_trace, trace_record
+from retrieval_pipeline.observability import emit_trace, trace_record, tracing_active
 
 ResourceSource = PipelineResources | Callable[[], PipelineResources]
 
@@ -160,13 +160,14 @@ def _with_summary(
                 ),
             }
             update["retrieval_debug"] = {**summary, **update["retrieval_debug"]}
-            emit_trace(
-                trace_record(
-                    state,
-                    merge_debug(seen, update["retrieval_debug"]),
-                    update["chunks"],
+            if tracing_active():
+                emit_trace(
+                    trace_record(
+                        state,
+                        merge_debug(seen, update["retrieval_debug"]),
+                        update["chunks"],
+                    )
                 )
-            )
             return update
 
         return assemble_context
@@ -182,6 +183,8 @@ def _traced_plain_retrieve(
 
     def plain_retrieve(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
         update = plain(state, runtime)
+        if not tracing_active():
+            return update
         debug = {
             **update["retrieval_debug"],
             "index_revision": resources.store.index_revision(state.get("tenant") or ""),

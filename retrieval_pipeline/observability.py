@@ -8,12 +8,13 @@ text, principal names or any secret, so it is safe to ship to a log store:
 - ``logging``: logger ``retrieval_pipeline.trace``, one JSON object per INFO line
   (the library installs no handler; ``retrieval-pipeline serve`` logs it to stderr);
 - OpenTelemetry: one ``retrieval_pipeline.query`` span with the record as attributes
-  when ``opentelemetry`` is installed and a tracer provider is configured (without a
-  provider the API is a no-op);
+  when ``opentelemetry`` is installed and an SDK tracer provider is configured;
 - LangSmith: LangChain's own tracing covers every node when ``LANGSMITH_TRACING`` is
   set; nothing extra is needed;
 - in-process listeners (:func:`add_trace_listener`), which the server's Prometheus
   metrics use.
+
+When none of these is active, no record is built and nothing extra runs.
 """
 
 from __future__ import annotations
@@ -50,6 +51,29 @@ def add_trace_listener(listener: TraceListener) -> Callable[[], None]:
     return remove
 
 
+def tracing_active() -> bool:
+    """Whether anyone consumes trace records (log handler, listener, OTel provider).
+
+    The pipeline builds no record (and runs no extra query) when nobody would read it.
+    """
+    return (
+        TRACE_LOGGER.isEnabledFor(logging.INFO)
+        or bool(_listeners)
+        or _otel_provider() is not None
+    )
+
+
+def _otel_provider() -> Any | None:
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None  # no SDK configured: spans would go nowhere
+    return provider
+
+
 def stage_event(stage: str, status: str, ms: float | None = None) -> None:
     """Stream a stage-progress event (``stream_mode="custom"``) when one can be sent.
 
@@ -76,7 +100,7 @@ def duplicate_share(
 
     if not texts:
         return 0.0
-    seen: list[frozenset[str]] = []
+    seen: list[frozenset[int]] = []
     duplicates = 0
     for text in texts:
         current = shingles(text)
@@ -139,9 +163,11 @@ def trace_record(
         "assembled_tokens": debug.get("assembled_tokens", 0),
         "token_method": debug.get("token_method"),
         "duplicates_dropped": debug.get("duplicates_dropped", 0),
-        "duplicate_share": round(
-            duplicate_share([str(c.get("text", "")) for c in chunks]), 4
-        ),
+        # The assembler drops every chunk that near-duplicates a selected one, so an
+        # assembled context has none by construction; the plain path is measured.
+        "duplicate_share": 0.0
+        if debug.get("path") == "pipeline"
+        else round(duplicate_share([str(c.get("text", "")) for c in chunks]), 4),
         "selected_passages": len(chunks),
         "selected": [
             {
@@ -171,12 +197,11 @@ def emit_trace(record: dict[str, Any]) -> None:
 
 
 def _emit_span(record: Mapping[str, Any]) -> None:
-    try:
-        from opentelemetry import trace
-    except ImportError:
+    provider = _otel_provider()
+    if provider is None:
         return
     try:
-        tracer = trace.get_tracer("retrieval_pipeline")
+        tracer = provider.get_tracer("retrieval_pipeline")
         end = time.time_ns()
         start = end - int(float(record.get("total_ms", 0.0)) * 1_000_000)
         span = tracer.start_span("retrieval_pipeline.query", start_time=start)

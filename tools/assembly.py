@@ -33,22 +33,55 @@ from retrieval_pipeline.tools.tokens import TokenCounter
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def shingles(text: str, size: int = SHINGLE_SIZE) -> frozenset[str]:
-    """Normalised word ``size``-shingles (lower-cased, punctuation dropped)."""
-    words = [w.casefold() for w in _WORD.findall(text)]
+def shingles(text: str, size: int = SHINGLE_SIZE) -> frozenset[int]:
+    """Normalised word ``size``-shingles (lower-cased, punctuation dropped), hashed.
+
+    Each shingle is kept as the 64-bit hash of its word tuple: set operations on ints
+    are several times faster than on joined strings, and a collision (which could
+    only raise a similarity) has a probability of about 2**-64 per pair.
+    """
+    words = _WORD.findall(text.casefold())
     if len(words) < size:
-        return frozenset([" ".join(words)]) if words else frozenset()
-    return frozenset(
-        " ".join(words[i : i + size]) for i in range(len(words) - size + 1)
-    )
+        return frozenset([hash(tuple(words))]) if words else frozenset()
+    return frozenset(map(hash, zip(*(words[i:] for i in range(size)), strict=False)))
 
 
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+# Chunk ids are content-addressed, so a chunk's shingles and token count never change:
+# small bounded caches keyed by (id, text hash) spare the work for chunks that recur
+# across queries. Keys hold no text; a full cache is simply emptied.
+_SHINGLE_CACHE_SIZE = 4096
+_TOKEN_CACHE_SIZE = 65536
+_shingle_cache: dict[tuple[str, int], frozenset[int]] = {}
+_token_cache: dict[tuple[str, str, int], int] = {}
+
+
+def _cached_shingles(item: AssemblyItem) -> frozenset[int]:
+    key = (item.chunk_id, hash(item.text))
+    grams = _shingle_cache.get(key)
+    if grams is None:
+        if len(_shingle_cache) >= _SHINGLE_CACHE_SIZE:
+            _shingle_cache.clear()
+        grams = _shingle_cache[key] = shingles(item.text)
+    return grams
+
+
+def _cached_tokens(item: AssemblyItem, counter: TokenCounter) -> int:
+    key = (counter.method, item.chunk_id, hash(item.text))
+    count = _token_cache.get(key)
+    if count is None:
+        if len(_token_cache) >= _TOKEN_CACHE_SIZE:
+            _token_cache.clear()
+        count = _token_cache[key] = counter.count(item.text)
+    return count
+
+
+def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
     """|a ∩ b| / |a ∪ b|; two empty sets are identical."""
     if not a and not b:
         return 1.0
-    union = len(a | b)
-    return len(a & b) / union if union else 0.0
+    inter = len(a & b) if len(a) <= len(b) else len(b & a)
+    union = len(a) + len(b) - inter
+    return inter / union if union else 0.0
 
 
 @dataclass(frozen=True)
@@ -96,8 +129,8 @@ def assemble(
     shift = -low if low < 0 else 0.0
     top = max(item.relevance for item in items) + shift or 1.0
     norm = {item.chunk_id: (item.relevance + shift) / top for item in items}
-    grams = {item.chunk_id: shingles(item.text) for item in items}
-    tokens = {item.chunk_id: counter.count(item.text) for item in items}
+    grams = {item.chunk_id: _cached_shingles(item) for item in items}
+    tokens: dict[str, int] = {}  # counted only for the candidates actually picked
     # Strongest first, ties by id: the first pick is always the top-scored chunk.
     remaining = sorted(items, key=lambda i: (-i.relevance, i.chunk_id))
     per_document_cap = max(1, int(token_budget * document_share))
@@ -122,7 +155,7 @@ def assemble(
         if redundancy[best.chunk_id] >= duplicate_jaccard:
             result.dropped_duplicates.append(best.chunk_id)
             continue
-        cost = tokens[best.chunk_id]
+        cost = tokens[best.chunk_id] = _cached_tokens(best, counter)
         if result.tokens + cost > token_budget:
             result.dropped_budget.append(best.chunk_id)
             continue

@@ -125,7 +125,7 @@ class TestStreamingAndTraces:
             context=Context(graph_fusion=False, understanding=False),
         )
         assert [t["path"] for t in traces] == ["plain_retrieve"]
-        assert traces[0]["index_revision"].startswith("docs-")
+        assert traces[0]["index_revision"].startswith("chunks-")
 
     def test_opentelemetry_span_when_configured(self, pipeline: Any) -> None:
         from opentelemetry import trace
@@ -138,13 +138,12 @@ class TestStreamingAndTraces:
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-        tracer = provider.get_tracer("test")
-        original = trace.get_tracer
-        trace.get_tracer = lambda *a, **k: tracer  # type: ignore[assignment]
+        original = trace.get_tracer_provider
+        trace.get_tracer_provider = lambda: provider  # type: ignore[assignment]
         try:
             out = pipeline.invoke({"question": QUESTION, "limit": 2})
         finally:
-            trace.get_tracer = original  # type: ignore[assignment]
+            trace.get_tracer_provider = original  # type: ignore[assignment]
         (span,) = exporter.get_finished_spans()
         assert span.name == "retrieval_pipeline.query"
         assert span.attributes["rp.selected_passages"] == 2

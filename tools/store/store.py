@@ -529,14 +529,17 @@ class Store:
 
     def index_revision(self, tenant: str) -> str:
         """A cheap identifier of the index state a query saw (for replaying traces)."""
+        # Both parts are index lookups (corpus_stats by tenant, the newest ingest
+        # through documents_tenant_ingested): O(log n), not a scan per query.
         with self.connection() as conn:
             row = conn.execute(
-                "SELECT count(*), coalesce(extract(epoch FROM max(ingested_at)), 0)"
-                " FROM documents WHERE tenant = %s",
-                (tenant,),
+                "SELECT (SELECT chunk_count FROM corpus_stats WHERE tenant = %(t)s),"
+                " (SELECT extract(epoch FROM max(ingested_at)) FROM documents"
+                "  WHERE tenant = %(t)s)",
+                {"t": tenant},
             ).fetchone()
-        count, latest = (row[0], row[1]) if row else (0, 0)
-        return f"docs-{count}-{int(latest)}"
+        chunks, latest = (row[0] or 0, row[1] or 0) if row else (0, 0)
+        return f"chunks-{int(chunks)}-{int(latest * 1000)}"
 
     def chunk_sources(self, tenant: str) -> dict[str, str]:
         """Map every chunk id of a tenant to its document's own id (for evaluation)."""
