@@ -75,6 +75,19 @@ def _backends(store: Any) -> int:
     return int(row[0]) - 1  # minus this probe's own connection
 
 
+def _snapshot(url: str, store: Any, proc: Any) -> dict[str, float]:
+    """The server's DB pool size, the PostgreSQL backends and the server's RSS."""
+    import httpx
+
+    with httpx.Client(base_url=url, timeout=30) as http:
+        metrics = http.get("/metrics").text
+    return {
+        "pool_size": _metric(metrics, "rp_db_pool_connections", 'state="pool_size"'),
+        "backends": _backends(store),
+        "rss_mb": proc.memory_info().rss / 2**20,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=60)
@@ -128,26 +141,10 @@ def main() -> int:
         # A short burst first, so "before" is the warm steady state (pool at its
         # working size, model and caches loaded) and "after" shows only growth.
         asyncio.run(load(url, args.clients, 5))
-        with httpx.Client(base_url=url, timeout=30) as http:
-            before_metrics = http.get("/metrics").text
-        before = {
-            "pool_size": _metric(
-                before_metrics, "rp_db_pool_connections", 'state="pool_size"'
-            ),
-            "backends": _backends(store),
-            "rss_mb": proc.memory_info().rss / 2**20,
-        }
+        before = _snapshot(url, store, proc)
         load_result = asyncio.run(load(url, args.clients, args.seconds))
         time.sleep(2)
-        with httpx.Client(base_url=url, timeout=30) as http:
-            after_metrics = http.get("/metrics").text
-        after = {
-            "pool_size": _metric(
-                after_metrics, "rp_db_pool_connections", 'state="pool_size"'
-            ),
-            "backends": _backends(store),
-            "rss_mb": proc.memory_info().rss / 2**20,
-        }
+        after = _snapshot(url, store, proc)
         load_result.update(before=before, after=after)
         results["load"] = load_result
         print(json.dumps(results["load"], indent=2), file=sys.stderr)

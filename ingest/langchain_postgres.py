@@ -42,6 +42,7 @@ from retrieval_pipeline.errors import ConfigurationError, DatabaseUnavailableErr
 from retrieval_pipeline.ingest.job import Ingestor, IngestSummary
 from retrieval_pipeline.ingest.loaders import SourceDocument
 from retrieval_pipeline.settings import redact_url
+from retrieval_pipeline.tools.store.store import parse_vector
 
 ORIGIN_KEY = "imported_from"
 """Document metadata key recording the import source (used by ``prune``)."""
@@ -98,9 +99,7 @@ def _connect(url: str) -> psycopg.Connection[Any]:
 
 
 def _vector(text: str | None) -> tuple[float, ...] | None:
-    if not text:
-        return None
-    return tuple(float(v) for v in text.strip("[]").split(","))
+    return parse_vector(text) if text else None
 
 
 def _rows(source: LangchainSource) -> tuple[dict[str, Any], Iterator[_Row]]:
@@ -229,14 +228,16 @@ def _timestamp(metadata: Mapping[str, Any], keys: Sequence[str]) -> datetime | N
     return None
 
 
-def _principals(value: Any, default: Sequence[str]) -> tuple[str, ...]:
+def parse_principals(value: Any, default: Sequence[str] = ()) -> tuple[str, ...]:
+    """ACL principals from metadata: a list or a comma-separated string (sorted)."""
     if value is None:
         return tuple(sorted(set(default)))
     if isinstance(value, str):
-        value = [p.strip() for p in value.split(",")]
+        value = [p.strip() for p in value.split(",") if p.strip()]
     if not isinstance(value, list | tuple):
         raise ValueError("'principals' must be a list or a comma-separated string")
-    return tuple(sorted({str(p) for p in value if str(p).strip()}))
+    # List entries are kept as given: dropping a blank one could make a document public.
+    return tuple(sorted({str(p) for p in value}))
 
 
 def to_source_document(
@@ -262,7 +263,7 @@ def to_source_document(
         body_start=0,
         kind="langchain",
         tenant=str(meta.get("tenant") or tenant or ""),
-        principals=_principals(meta.get("principals"), principals),
+        principals=parse_principals(meta.get("principals"), principals),
         created_at=_timestamp(meta, ("created_at",)),
         updated_at=_timestamp(meta, TIMESTAMP_KEYS + ("created_at",)),
         metadata={**meta, ORIGIN_KEY: source.origin},

@@ -28,6 +28,7 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from retrieval_pipeline.ingest.job import Ingestor
+from retrieval_pipeline.ingest.langchain_postgres import parse_principals
 from retrieval_pipeline.ingest.loaders import SourceDocument
 from retrieval_pipeline.tools.embeddings import Embedder
 from retrieval_pipeline.tools.store.records import document_key
@@ -123,9 +124,6 @@ class PipelineVectorStore(VectorStore):
         now = datetime.now(UTC)
         sources = []
         for text, metadata, doc_id in zip(texts, metadatas, ids, strict=True):
-            principals = metadata.get("principals") or ()
-            if isinstance(principals, str):
-                principals = [p.strip() for p in principals.split(",") if p.strip()]
             source_uri = str(metadata.get("source") or f"vectorstore:{doc_id}")
             sources.append(
                 SourceDocument(
@@ -137,7 +135,7 @@ class PipelineVectorStore(VectorStore):
                     body_start=0,
                     kind="langchain",
                     tenant=self.tenant,
-                    principals=tuple(sorted({str(p) for p in principals})),
+                    principals=parse_principals(metadata.get("principals") or None),
                     updated_at=now,
                     metadata=dict(metadata),
                 )

@@ -710,7 +710,7 @@ class Store:
                 "SELECT id, embedding::text FROM chunks WHERE id = ANY(%s::text[])",
                 (list(chunk_ids),),
             ).fetchall()
-        return {r[0]: [float(v) for v in r[1].strip("[]").split(",")] for r in rows}
+        return {r[0]: list(parse_vector(r[1])) for r in rows}
 
     def documents_by_source_ids(
         self, source_ids: Sequence[str], scope: AccessScope
@@ -736,6 +736,11 @@ class Store:
         with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(statement, params).fetchall()
         return {row["id"]: row for row in rows}
+
+
+def parse_vector(text: str) -> tuple[float, ...]:
+    """A pgvector value in its text form (``[0.1,0.2]``) as floats."""
+    return tuple(float(v) for v in text.strip("[]").split(","))
 
 
 def _vector_literal(values: Sequence[float]) -> str:
