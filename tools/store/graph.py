@@ -12,6 +12,11 @@
 Every edge, mention and document is filtered by the caller's tenant, principals and
 document scope inside the SQL: evidence from documents the caller cannot see neither
 creates edges nor appears in the result, so graph fusion reveals nothing about them.
+That includes entity *names*: ingest links every known name into chunk text, so a
+name declared only by a hidden document (its title, say) would otherwise connect
+visible documents and betray that the hidden one exists. An entity reached through
+such an 'extracted' mention is followed only when a document the caller may see
+attests it (a title or explicit mention, or a relation); see ``_attested``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,30 @@ _DOC_FILTER = sql.SQL(
 )
 _DOC_SCOPE = sql.SQL(" AND d.id = ANY(%(doc_keys)s::text[])")
 
+_VISIBLE = (
+    "{a}.tenant = %(tenant)s"
+    " AND ({a}.acl = '{{}}'::text[] OR {a}.acl && %(principals)s::text[])"
+)
+
+
+def _attested(entity: str) -> sql.Composable:
+    """SQL: a document the caller may see declares ``entity`` (a column expression).
+
+    Access only, not the document scope: a scope narrows results, it is not a
+    boundary, and an entity declared outside it is still the caller's to follow.
+    """
+    visible = _VISIBLE.format(a="ad")
+    return sql.SQL(
+        f"""(EXISTS (
+        SELECT 1 FROM mentions am JOIN documents ad ON ad.id = am.document_id
+        WHERE am.entity_id = {entity} AND am.origin <> 'extracted' AND {visible}
+    ) OR EXISTS (
+        SELECT 1 FROM relations ar JOIN documents ad ON ad.id = ar.document_id
+        WHERE (ar.source_id = {entity} OR ar.target_id = {entity}) AND {visible}
+    ))"""
+    )
+
+
 SEED_ENTITIES = sql.SQL(
     """
 SELECT coalesce(e.canonical_id, e.id) AS entity_id, sum(m.count)::float8 AS mentions
@@ -39,6 +68,7 @@ JOIN entities e ON e.id = m.entity_id
 LEFT JOIN entities c ON c.id = e.canonical_id
 WHERE m.document_id = ANY(%(seed_docs)s::text[]) AND {doc_filter}
   AND e.lifecycle = 'served' AND coalesce(c.lifecycle, 'served') = 'served'
+  AND (m.origin <> 'extracted' OR {attested_e})
 GROUP BY 1
 ORDER BY mentions DESC, entity_id
 LIMIT %(top)s
@@ -79,6 +109,7 @@ page_edges AS (  -- the home document of a frontier entity mentions another enti
     JOIN mentions m ON m.document_id = h.home_document_id
     JOIN entities o ON o.id = m.entity_id
     WHERE h.id = ANY(%(ids)s::text[]) AND o.lifecycle = 'served' AND {doc_filter}
+      AND (m.origin <> 'extracted' OR {attested_o})
 ),
 edges AS (
     SELECT src, dst, w FROM relation_edges UNION ALL SELECT src, dst, w FROM page_edges
@@ -112,10 +143,11 @@ ENTITY_DOCUMENTS = sql.SQL(
 WITH weighted AS (
     SELECT * FROM unnest(%(ids)s::text[], %(weights)s::float8[]) AS w(entity_id, weight)
 ),
-members AS (
+members AS (  -- the entities, and those of their aliases the caller may follow
     SELECT e.id, coalesce(e.canonical_id, e.id) AS canonical, e.home_document_id
     FROM entities e
-    WHERE e.id = ANY(%(ids)s::text[]) OR e.canonical_id = ANY(%(ids)s::text[])
+    WHERE e.id = ANY(%(ids)s::text[])
+       OR (e.canonical_id = ANY(%(ids)s::text[]) AND {attested_e})
 ),
 evidence AS (
     SELECT m.home_document_id AS document_id, w.weight AS score
@@ -177,7 +209,9 @@ class GraphStore:
             seeds = [
                 (r[0], float(r[1]))
                 for r in conn.execute(
-                    SEED_ENTITIES.format(doc_filter=doc_filter),
+                    SEED_ENTITIES.format(
+                        doc_filter=doc_filter, attested_e=_attested("e.id")
+                    ),
                     params | {"seed_docs": list(seed_documents), "top": top_entities},
                 ).fetchall()
             ]
@@ -187,7 +221,9 @@ class GraphStore:
             frontier = [(entity, weight / top) for entity, weight in seeds]
             reached: dict[str, float] = dict(frontier)
             hops: list[list[tuple[str, float]]] = []
-            statement = NEIGHBOURS.format(doc_filter=doc_filter)
+            statement = NEIGHBOURS.format(
+                doc_filter=doc_filter, attested_o=_attested("o.id")
+            )
             for _ in range(max_hops - 1):
                 if not frontier:
                     break
@@ -209,7 +245,9 @@ class GraphStore:
             documents = [
                 (r[0], float(r[1]))
                 for r in conn.execute(
-                    ENTITY_DOCUMENTS.format(doc_filter=doc_filter),
+                    ENTITY_DOCUMENTS.format(
+                        doc_filter=doc_filter, attested_e=_attested("e.id")
+                    ),
                     params
                     | {
                         "ids": [e for e, _ in ordered],

@@ -457,11 +457,17 @@ class Store:
             )
             for alias in entity.aliases:
                 if normalise_entity_name(alias) != normalise_entity_name(entity.name):
-                    upsert(
-                        alias,
-                        type=entity.type,
-                        lifecycle=entity.lifecycle,
-                        canonical_id=canonical,
+                    # A zero-count explicit mention records who declared the alias,
+                    # which graph fusion checks before following it (tools/store/graph).
+                    mention(
+                        upsert(
+                            alias,
+                            type=entity.type,
+                            lifecycle=entity.lifecycle,
+                            canonical_id=canonical,
+                        ),
+                        0,
+                        "explicit",
                     )
             mention(canonical, entity.count, "explicit")
         for relation in doc.relations:
