@@ -287,6 +287,10 @@ def _document(
     where = where or str(path)
     principals = meta.pop("principals", meta.pop("acl", None))
     tenant = meta.pop("tenant", None)
+    if tenant is not None and (
+        isinstance(tenant, bool) or not isinstance(tenant, str | int)
+    ):
+        raise IngestError(where, f"'tenant' must be a string, got {tenant!r}")
     updated = _timestamp(where, meta.pop("updated_at", meta.pop("updated", None)))
     created = _timestamp(where, meta.pop("created_at", meta.pop("created", None)))
     if updated is None:
@@ -294,6 +298,10 @@ def _document(
     entities = _entities(where, meta.pop("entities", None))
     relations = _relations(where, meta.pop("relations", None))
     title_entity = meta.pop("title_entity", defaults.title_entities)
+    if not isinstance(title_entity, bool):
+        raise IngestError(
+            where, f"'title_entity' must be true or false, got {title_entity!r}"
+        )
     logical_path = str(meta.pop("path", "") or rel)
     metadata = {k: v for k, v in meta.items() if k not in _KNOWN_KEYS}
     try:

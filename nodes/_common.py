@@ -12,7 +12,16 @@ from langgraph.runtime import Runtime
 from retrieval_pipeline.graph.context import Context, resolve_context
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.observability import stage_event
+from retrieval_pipeline.tools.retrieve import clean_query
 from retrieval_pipeline.tools.store.store import AccessScope
+
+
+def query_of(state: Mapping[str, Any]) -> str:
+    """The query the later stages run: the rewrite, else the cleaned question.
+
+    Cleaned as every channel cleans it (NUL bytes and lone surrogates replaced).
+    """
+    return state.get("effective_query") or clean_query(state["question"])
 
 
 def context_of(runtime: Runtime[Any] | None) -> Context:

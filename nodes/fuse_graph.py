@@ -9,7 +9,12 @@ from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import Candidate, PipelineState
-from retrieval_pipeline.nodes._common import access_scope, context_of, stage_timer
+from retrieval_pipeline.nodes._common import (
+    access_scope,
+    context_of,
+    query_of,
+    stage_timer,
+)
 from retrieval_pipeline.tools.graph_fusion import graph_fusion
 
 
@@ -27,7 +32,7 @@ def make_fuse_graph(
         with stage_timer(debug, "fuse_graph"):
             result = graph_fusion(
                 resources.retriever,
-                state.get("effective_query") or state["question"],
+                query_of(state),
                 [c["chunk_id"] for c in ranked[: ctx.graph_seeds]],
                 {c["chunk_id"]: c["score"] for c in ranked},
                 scope,

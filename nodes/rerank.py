@@ -14,6 +14,7 @@ from retrieval_pipeline.nodes._common import (
     access_scope,
     context_of,
     fallback,
+    query_of,
     stage_timer,
 )
 from retrieval_pipeline.tools.rerankers import RerankError
@@ -39,7 +40,7 @@ def make_rerank(
         with stage_timer(debug, "rerank"):
             rows = resources.store.fetch_chunks([c["chunk_id"] for c in top], scope)
             top = [c for c in top if c["chunk_id"] in rows]
-            query = state.get("effective_query") or state["question"]
+            query = query_of(state)
             try:
                 scores = reranker.rerank(
                     query,

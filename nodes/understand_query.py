@@ -9,7 +9,7 @@ from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import PipelineState
-from retrieval_pipeline.nodes._common import fallback, stage_timer
+from retrieval_pipeline.nodes._common import context_of, fallback, stage_timer
 from retrieval_pipeline.tools.judge import JudgeError, understand
 from retrieval_pipeline.tools.retrieve import clean_query
 
@@ -25,7 +25,11 @@ def make_understand_query(
         understanding = None
         with stage_timer(debug, "understand_query"):
             try:
-                understanding = understand(resources.judge, question)
+                understanding = understand(
+                    resources.judge,
+                    question,
+                    deadline_s=context_of(runtime).judge_deadline_s,
+                )
             except JudgeError as exc:
                 debug["fallbacks"] = [fallback("understand_query", str(exc))]
         if understanding is None:

@@ -1,7 +1,9 @@
-"""Local HTTP servers that speak the Voyage and Cohere rerank protocols.
+"""Local HTTP servers that speak the Voyage and Cohere rerank protocols, and the
+OpenAI chat-completions protocol (for the judge, through the real ChatOpenAI).
 
 Real sockets on 127.0.0.1, real JSON: the adapters under test cannot tell them from
-the providers, except that the scores come from a transparent word-overlap rule.
+the providers, except that the scores come from a transparent word-overlap rule and
+the judge's answer is scripted.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class PeerBehaviour:
         "ok"  # ok | http500 | slow | malformed | wrong_count | rate_limited | reset
     )
     delay_s: float = 0.0
+    answer: dict[str, Any] | None = None  # the judge's structured answer (chat peer)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
 
@@ -57,6 +60,9 @@ def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
             if behaviour.mode == "malformed":
                 self._send(200, b'{"data": [{"index": 0, "relevance_')
                 return
+            if self.path.endswith("/chat/completions"):
+                self._chat(body)
+                return
             docs = body["documents"]
             scored = [
                 {"index": i, "relevance_score": overlap_score(body["query"], d)}
@@ -69,6 +75,32 @@ def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
                 payload = {"id": "x", "results": scored, "meta": {}}
             else:
                 payload = {"object": "list", "data": scored, "model": body["model"]}
+            self._send(200, json.dumps(payload).encode())
+
+        def _chat(self, body: dict[str, Any]) -> None:
+            content = json.dumps(behaviour.answer or {"rewrite": ""})
+            if behaviour.mode == "wrong_count":  # a reply with no choices at all
+                choices: list[dict[str, Any]] = []
+            else:
+                choices = [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": content},
+                    }
+                ]
+            payload = {
+                "id": "chatcmpl-local",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model", "local"),
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": 1,
+                    "completion_tokens": 1,
+                    "total_tokens": 2,
+                },
+            }
             self._send(200, json.dumps(payload).encode())
 
         def _send(

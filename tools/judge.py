@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from retrieval_pipeline.graph.context import MAX_SUB_QUERIES
+from retrieval_pipeline.tools.deadline import DeadlineExceeded, call_with_deadline
 
 JUDGE_MODEL_ENV = "RETRIEVAL_PIPELINE_JUDGE_MODEL"
 DEFAULT_JUDGE_MODEL = "gpt-4o-mini"
@@ -70,16 +71,28 @@ class JudgeError(Exception):
     """The judge failed or answered malformed output; the raw question is used."""
 
 
-def understand(model: Any, question: str) -> QueryUnderstanding:
-    """Make the single structured judge call; raise :class:`JudgeError` on failure."""
+def understand(
+    model: Any, question: str, *, deadline_s: float | None = None
+) -> QueryUnderstanding:
+    """Make the single structured judge call; raise :class:`JudgeError` on failure.
+
+    With ``deadline_s`` the call must answer within that many seconds, else the
+    error says it timed out (retries and Retry-After waits count against it).
+    """
     try:
         structured = model.with_structured_output(QueryUnderstanding)
     except (NotImplementedError, AttributeError) as exc:
         raise JudgeError(
             f"model has no structured output: {type(exc).__name__}"
         ) from None
+    messages = [("system", SYSTEM_PROMPT), ("human", question)]
     try:
-        result = structured.invoke([("system", SYSTEM_PROMPT), ("human", question)])
+        if deadline_s is None:
+            result = structured.invoke(messages)
+        else:
+            result = call_with_deadline(lambda: structured.invoke(messages), deadline_s)
+    except DeadlineExceeded:
+        raise JudgeError(f"judge timed out after {deadline_s:g}s") from None
     except ValidationError as exc:
         raise JudgeError(
             f"malformed judge output ({exc.error_count()} errors)"
@@ -98,7 +111,7 @@ def understand(model: Any, question: str) -> QueryUnderstanding:
     return result
 
 
-def resolve_judge() -> Any | None:
+def resolve_judge(*, timeout_s: float = 10.0) -> Any | None:
     """Return the environment's judge model, or None (the stage is then inactive)."""
     key = os.environ.get("OPENAI_API_KEY")
     base_url = os.environ.get("OPENAI_BASE_URL")
@@ -113,6 +126,6 @@ def resolve_judge() -> Any | None:
         base_url=base_url,
         api_key=key or "not-needed",  # local OpenAI-compatible servers ignore it
         temperature=0,
-        timeout=10,
+        timeout=timeout_s,
         max_retries=1,
     )

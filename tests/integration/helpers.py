@@ -27,7 +27,8 @@ def assert_stats_consistent(store: Any) -> None:
         ).fetchone()[0]
         assert drift == 0, f"{drift} lexemes have a wrong document frequency"
         kept = conn.execute(
-            "SELECT chunk_count, total_length FROM corpus_stats"
+            "SELECT coalesce(sum(chunk_count), 0), coalesce(sum(total_length), 0)"
+            " FROM corpus_stats"
         ).fetchone()
         actual = conn.execute(
             "SELECT count(*), coalesce(sum(lexeme_count), 0) FROM chunks"

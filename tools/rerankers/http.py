@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from retrieval_pipeline.tools.deadline import DeadlineExceeded, call_with_deadline
 from retrieval_pipeline.tools.rerankers import RerankError, RerankScore
 
 VOYAGE_BASE_URL = "https://api.voyageai.com/v1"
@@ -58,13 +59,16 @@ class _HttpReranker:
             return []
         docs = [d[:MAX_DOCUMENT_CHARS] for d in documents]
         try:
-            response = httpx.post(
-                self.base_url + self.path,
-                json=self._payload(query, docs),
-                headers={"Authorization": f"Bearer {self._api_key}"},
-                timeout=httpx.Timeout(deadline_s),
+            response = call_with_deadline(
+                lambda: httpx.post(
+                    self.base_url + self.path,
+                    json=self._payload(query, docs),
+                    headers={"Authorization": f"Bearer {self._api_key}"},
+                    timeout=httpx.Timeout(deadline_s),
+                ),
+                deadline_s,
             )
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, DeadlineExceeded):
             raise RerankError(f"timeout after {deadline_s:.1f}s") from None
         except httpx.HTTPError as exc:
             raise RerankError(f"transport error: {type(exc).__name__}") from None

@@ -1,0 +1,34 @@
+"""Bound a blocking provider call by a wall-clock deadline.
+
+HTTP clients time out per phase (connect, each read), so a peer that drips its reply
+or a client that sleeps out a ``Retry-After`` can run far past the caller's budget.
+The call runs on a shared worker thread instead and the caller waits at most
+``deadline_s``; a call past its deadline is abandoned (its client's own timeout ends
+it) and the caller falls back at once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rp-provider")
+
+
+class DeadlineExceeded(TimeoutError):
+    """The call did not answer within its deadline."""
+
+
+def call_with_deadline(fn: Callable[[], T], deadline_s: float) -> T:
+    """Run ``fn()`` with the caller's context variables; wait ``deadline_s`` at most."""
+    future = _pool.submit(contextvars.copy_context().run, fn)
+    try:
+        return future.result(timeout=max(deadline_s, 0.0))
+    except FutureTimeout:
+        future.cancel()
+        raise DeadlineExceeded(f"no answer within {deadline_s:g}s") from None
