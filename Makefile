@@ -11,8 +11,8 @@ DEMO_HOME ?= $(CURDIR)/.rp_home
 DEMO_QUESTION ?= Who owns the service that failed with ERR_CONN_RESET in v2.3.1?
 
 .PHONY: venv studio-venv bench-venv demo test test-unit test-integration test-studio \
-	serve studio lint format bench \
-	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline bench-serve bench-interop clean
+	serve studio lint format bench eval-check eval-report \
+	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline bench-serve bench-interop bench-reliability clean
 
 venv: $(STAMP)
 
@@ -70,6 +70,20 @@ test: lint
 test-studio: studio-venv
 	RP_REQUIRE_STUDIO=1 $(STUDIO_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/studio
 
+# Regression gate: a fresh run of the ablation ladder on the smallest data set against
+# the committed baseline; fails on a statistically significant nDCG@10 drop.
+EVAL_CHECK_DATASET ?= ../shared/data/multihop/musique
+eval-check: venv
+	$(BIN)/retrieval-pipeline eval check --dataset $(EVAL_CHECK_DATASET)
+
+# The full evaluation report (HTML + markdown + JSON) on every data set in ../shared.
+EVAL_DATASETS ?= ../shared/data/scifact ../shared/data/nfcorpus \
+	../shared/data/multihop/hotpotqa ../shared/data/multihop/musique
+EVAL_REPORT_OUT ?= reports/eval
+eval-report: venv
+	$(BIN)/retrieval-pipeline eval report $(addprefix --dataset ,$(EVAL_DATASETS)) \
+		--out $(EVAL_REPORT_OUT)
+
 # The LangServe endpoint on 127.0.0.1:8000 (playground: /retrieve/playground/).
 serve: venv
 	$(BIN)/retrieval-pipeline serve
@@ -87,7 +101,7 @@ test-integration: venv
 # The whole benchmark suite (about 45 minutes on 2 cores: it embeds four corpora once,
 # into bench/.cache, then reuses them). Each writes bench/results/*.json and
 # regenerates BENCHMARKS.md.
-bench: bench-ingest bench-quality bench-fusion bench-latency bench-pipeline bench-serve bench-interop
+bench: bench-ingest bench-quality bench-fusion bench-latency bench-pipeline bench-serve bench-interop bench-reliability
 
 bench-venv: venv
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS),bench]'
@@ -112,6 +126,9 @@ bench-serve: bench-venv
 
 bench-interop: bench-venv
 	$(BIN)/python bench/interop.py
+
+bench-reliability: bench-venv
+	$(BIN)/python bench/reliability.py
 
 clean:
 	rm -rf $(VENV) $(STUDIO_VENV) .langgraph_api .rp_home .pytest_cache .mypy_cache .ruff_cache build *.egg-info

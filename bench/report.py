@@ -290,6 +290,54 @@ def _interop_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _reliability_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    f = result["figures"]
+
+    def value(name: str, default: object = "not run") -> object:
+        return f[name]["value"] if name in f else default
+
+    soak = f.get("soak", {})
+    faults = f.get("faults_injected", {})
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(faults.get("kinds", {}).items()))
+    status = "all passed" if result["passed"] else "FAILED"
+    lines = [
+        "## Reliability and security (`bench/reliability.py`)",
+        "",
+        f"The suite's property, fuzz, fault and soak tests with their figures recorded "
+        f"({result['pytest']}: {status}, {result['seconds']:.0f} s); "
+        f"{result['machine']['cpus']} cores; measured {result['date']}. "
+        "Leaks and errors are what the tests found: any non-zero count fails them.",
+        "",
+        "| check | tried | found |",
+        "|---|---|---|",
+        f"| permission boundaries: generated (corpus, caller, query, stage combination) "
+        f"cases; output, debug, trace, reranker bodies, judge prompt, caches | "
+        f"{value('permission_cases')} | leaks: "
+        f"{f.get('permission_cases', {}).get('leaks', '-')} |",
+        f"| graph fusion, differential (expansion with vs without hidden documents) | "
+        f"{value('graph_differential_cases')} | differences: "
+        f"{f.get('graph_differential_cases', {}).get('leaks', '-')} |",
+        f"| fuzzed query requests through the HTTP endpoint | "
+        f"{value('query_fuzz_requests')} | 5xx: 0; statuses "
+        f"{f.get('query_fuzz_requests', {}).get('statuses', {})} |",
+        f"| fuzzed files ingested (truncated, binary, long lines, bad metadata) | "
+        f"{value('ingest_fuzz_files')} | half-written documents: 0 |",
+        f"| provider and database faults injected ({kinds}) | "
+        f"{value('faults_injected')} | answers missing or past deadline: 0 |",
+    ]
+    if soak:
+        lines.append(
+            f"| soak: {soak['clients']} query clients + 1 writer, "
+            f"{soak['value']:.0f} s | {soak['requests']} requests, "
+            f"{soak['documents_written']} documents written | errors: "
+            f"{soak['errors']}; p50 {soak['p50_ms']} ms, p95 {soak['p95_ms']} ms; "
+            f"RSS +{soak['rss_growth_mb']} MB (bound {soak['rss_bound_mb']:.0f}); "
+            f"backends {soak['backends_before']} -> {soak['backends_after']} "
+            f"(pool max {soak['pool_max']}) |"
+        )
+    return lines + [""]
+
+
 def write_benchmarks_md() -> Path:
     lines = [
         "# Benchmarks",
@@ -316,6 +364,9 @@ def write_benchmarks_md() -> Path:
     interop = RESULTS / "interop.json"
     if interop.exists():
         lines += _interop_section(json.loads(interop.read_text()))
+    reliability = RESULTS / "reliability.json"
+    if reliability.exists():
+        lines += _reliability_section(json.loads(reliability.read_text()))
     ingest = RESULTS / "ingest.json"
     if ingest.exists():
         lines += _ingest_section(json.loads(ingest.read_text()))

@@ -20,6 +20,10 @@ class DatabaseUnavailableError(RetrievalPipelineError):
     """PostgreSQL cannot be reached or started."""
 
 
+class DatabaseTimeoutError(DatabaseUnavailableError):
+    """A statement ran past the statement timeout and was cancelled."""
+
+
 class DimensionMismatchError(RetrievalPipelineError):
     """The embedder's dimension or model differs from the index's."""
 

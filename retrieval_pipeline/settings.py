@@ -16,6 +16,8 @@ HOME_ENV = "RETRIEVAL_PIPELINE_HOME"
 DATABASE_URL_ENV = "DATABASE_URL"
 EMBEDDINGS_ENV = "RETRIEVAL_PIPELINE_EMBEDDINGS"
 TIKTOKEN_DIR_ENV = "RETRIEVAL_PIPELINE_TIKTOKEN_DIR"
+STATEMENT_TIMEOUT_ENV = "RETRIEVAL_PIPELINE_STATEMENT_TIMEOUT_MS"
+DEFAULT_STATEMENT_TIMEOUT_MS = 60_000
 
 
 def home_dir() -> Path:
@@ -34,6 +36,25 @@ def database_url() -> str | None:
     """Return ``DATABASE_URL`` when an external PostgreSQL is configured."""
     value = os.environ.get(DATABASE_URL_ENV, "").strip()
     return value or None
+
+
+def statement_timeout() -> int:
+    """Milliseconds any one SQL statement may run (0 = no limit)."""
+    raw = os.environ.get(STATEMENT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_STATEMENT_TIMEOUT_MS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        from retrieval_pipeline.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"{STATEMENT_TIMEOUT_ENV} must be a whole number of milliseconds (0 = no "
+            f"limit), got {raw!r}"
+        )
+    return value
 
 
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)([^@]*)(@)")

@@ -28,9 +28,8 @@ def overlap_score(query: str, document: str) -> float:
 
 @dataclass
 class PeerBehaviour:
-    mode: str = (
-        "ok"  # ok | http500 | slow | malformed | wrong_count | rate_limited | reset
-    )
+    # ok | http500 | slow | drip | malformed | wrong_count | rate_limited | reset
+    mode: str = "ok"
     delay_s: float = 0.0
     answer: dict[str, Any] | None = None  # the judge's structured answer (chat peer)
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -51,6 +50,19 @@ def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
                 return
             if behaviour.mode == "slow":
                 time.sleep(behaviour.delay_s)
+            if behaviour.mode == "drip":  # headers at once, then a byte at a time
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "64")
+                self.end_headers()
+                try:
+                    for _ in range(64):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(behaviour.delay_s / 64)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                return
             if behaviour.mode == "http500":
                 self._send(500, b'{"message": "internal error"}')
                 return

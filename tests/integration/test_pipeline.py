@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from fake_judge import ScriptedJudge
-from provider_peers import PeerBehaviour, rerank_peer
+from provider_peers import rerank_peer
 
 from retrieval_pipeline.errors import InvalidQueryError
 from retrieval_pipeline.graph.builder import build_pipeline
@@ -296,32 +296,3 @@ class TestRerankStage:
             0 <= s <= 1 for s in scores
         )
         assert len(peer.requests[0]["documents"]) == 10  # the pool, never the corpus
-
-    @pytest.mark.parametrize("mode", ["http500", "malformed", "slow", "wrong_count"])
-    def test_any_reranker_error_falls_back_to_fused_order(
-        self, retriever: Retriever, corpus: None, mode: str
-    ) -> None:
-        context = Context(graph_fusion=False, candidate_pool=10, rerank_deadline_s=0.3)
-        fused = pipeline(retriever).invoke(
-            {"question": "kafka consumer lag", "limit": 5},
-            context=Context(
-                graph_fusion=True,
-                reranker="none",
-                candidate_pool=10,
-                max_hops=1,
-                graph_documents=0 or 1,
-                graph_chunks=1,
-            ),
-        )
-        with rerank_peer(PeerBehaviour(mode=mode, delay_s=1.0)) as (url, _):
-            graph = pipeline(
-                retriever, reranker=VoyageReranker(api_key="k", base_url=url)
-            )
-            out = graph.invoke(
-                {"question": "kafka consumer lag", "limit": 5}, context=context
-            )
-        debug = out["retrieval_debug"]
-        assert debug["reranked"] is False
-        assert debug["fallbacks"][0]["stage"] == "rerank"
-        assert all("rerank_score" not in c for c in out["chunks"])
-        assert out["chunks"][0]["chunk_id"] == fused["chunks"][0]["chunk_id"]

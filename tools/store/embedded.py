@@ -64,6 +64,11 @@ class EmbeddedPostgres:
                 self._server = pgserver.get_server(
                     self.pgdata, cleanup_mode=None if self.keep_running else "stop"
                 )
+                # pgserver caches one handle per data directory; after a stop() in
+                # this process it hands back the stopped one: start that again.
+                if not self.status().running:
+                    with self._server._lock:
+                        self._server.ensure_postgres_running()
             except (subprocess.SubprocessError, OSError) as exc:
                 log = self.pgdata / "log"
                 tail = log.read_text(errors="replace")[-800:] if log.exists() else ""

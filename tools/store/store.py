@@ -22,11 +22,16 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from retrieval_pipeline.errors import (
+    DatabaseTimeoutError,
     DatabaseUnavailableError,
     DimensionMismatchError,
 )
+from retrieval_pipeline.settings import (
+    STATEMENT_TIMEOUT_ENV,
+    redact_url,
+    statement_timeout,
+)
 from retrieval_pipeline.settings import database_url as env_database_url
-from retrieval_pipeline.settings import redact_url
 from retrieval_pipeline.tools.store import sql as q
 from retrieval_pipeline.tools.store.embedded import EmbeddedPostgres
 from retrieval_pipeline.tools.store.records import (
@@ -114,9 +119,23 @@ class Store:
     """PostgreSQL + pgvector storage for documents, chunks, postings and the graph."""
 
     def __init__(
-        self, conninfo: str, *, pool_size: int = 4, connect_timeout: float = 10
+        self,
+        conninfo: str,
+        *,
+        pool_size: int = 4,
+        connect_timeout: float = 10,
+        statement_timeout_ms: int | None = None,
     ) -> None:
+        """Open a pool; ``statement_timeout_ms`` caps every statement (0 = none).
+
+        The default comes from ``RETRIEVAL_PIPELINE_STATEMENT_TIMEOUT_MS`` (60000).
+        """
         self._conninfo = conninfo
+        self.statement_timeout_ms = (
+            statement_timeout()
+            if statement_timeout_ms is None
+            else statement_timeout_ms
+        )
         # One direct attempt first: a wrong URL or a stopped server fails at once with
         # the driver's reason, instead of pool retries until a timeout.
         try:
@@ -136,7 +155,7 @@ class Store:
             max_size=pool_size,
             timeout=connect_timeout,
             check=ConnectionPool.check_connection,  # recover after a server restart
-            configure=self._configure,
+            configure=self._configure_connection,
             open=False,
         )
         try:
@@ -153,11 +172,15 @@ class Store:
         self.migrate()
 
     # --- lifecycle ----------------------------------------------------------------
-    @staticmethod
-    def _configure(conn: psycopg.Connection[Any]) -> None:
+    def _configure_connection(self, conn: psycopg.Connection[Any]) -> None:
         # Statements run in autocommit unless wrapped in ``conn.transaction()``.
         # Vectors travel as text literals cast in SQL, so no type registration needed.
         conn.autocommit = True
+        conn.execute(
+            sql.SQL("SET statement_timeout = {}").format(
+                sql.Literal(int(self.statement_timeout_ms))
+            )
+        )
 
     def pool_stats(self) -> dict[str, int]:
         """The connection pool's counters (``pool_size``, ``pool_available``, ...)."""
@@ -184,6 +207,22 @@ class Store:
                 f"no database connection available from {redact_url(self._conninfo)}: "
                 f"{exc}. Check that PostgreSQL is running."
             ) from exc
+        except psycopg.errors.QueryCanceled:
+            raise DatabaseTimeoutError(
+                f"a database statement ran past the {self.statement_timeout_ms} ms "
+                "statement timeout and was cancelled (nothing was half-written). "
+                "Retry; if it keeps happening, narrow the query or raise "
+                f"{STATEMENT_TIMEOUT_ENV}."
+            ) from None
+        except psycopg.OperationalError as exc:
+            # The server went away mid-statement (restart, crash, terminated backend).
+            # The pool discards the broken connection; the transaction rolled back.
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise DatabaseUnavailableError(
+                f"lost the connection to PostgreSQL at {redact_url(self._conninfo)} "
+                f"({first or type(exc).__name__}); the statement was rolled back, "
+                "nothing was half-written. Retry once the server is up."
+            ) from None
 
     def migrate(self) -> list[int]:
         """Apply pending migrations in order; return the versions applied."""
