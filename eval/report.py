@@ -421,13 +421,8 @@ def run_dataset(
 
     started = time.perf_counter()
     steps = list(steps or ladder(reranker=reranker_available, judge=judge is not None))
-    channel_steps = [s for s in steps if s.channel is not None]
-    channels = run_channel_configs(
-        dataset,
-        retriever,
-        [s.channel for s in channel_steps],
-        ks=KS,  # type: ignore[misc]
-    )
+    channel_configs = [s.channel for s in steps if s.channel is not None]
+    channels = run_channel_configs(dataset, retriever, channel_configs, ks=KS)
     by_name = {r.name: r for r in channels.results}
     graph = build_pipeline(PipelineResources(retriever=retriever, judge=judge))
     chunk_docs = retriever.store.chunk_sources(dataset.tenant)

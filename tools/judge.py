@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 
 from retrieval_pipeline.graph.context import MAX_SUB_QUERIES
 from retrieval_pipeline.tools.deadline import DeadlineExceeded, call_with_deadline
@@ -124,7 +124,8 @@ def resolve_judge(*, timeout_s: float = 10.0) -> Any | None:
     return ChatOpenAI(
         model=os.environ.get(JUDGE_MODEL_ENV, DEFAULT_JUDGE_MODEL),
         base_url=base_url,
-        api_key=key or "not-needed",  # local OpenAI-compatible servers ignore it
+        # Local OpenAI-compatible servers ignore the key; SecretStr hides it in reprs.
+        api_key=SecretStr(key or "not-needed"),
         temperature=0,
         timeout=timeout_s,
         max_retries=1,
