@@ -12,7 +12,7 @@ DEMO_QUESTION ?= Who owns the service that failed with ERR_CONN_RESET in v2.3.1?
 
 .PHONY: venv studio-venv bench-venv demo test test-unit test-integration test-studio \
 	serve studio lint format bench eval-check eval-report \
-	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline bench-serve bench-interop bench-reliability clean
+	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline bench-serve bench-interop bench-reliability bench-scale clean
 
 venv: $(STAMP)
 
@@ -129,6 +129,10 @@ bench-interop: bench-venv
 
 bench-reliability: bench-venv
 	$(BIN)/python bench/reliability.py
+
+# Needs the SciFact vectors in bench/.cache/home (bench-quality or eval-report).
+bench-scale: bench-venv
+	$(BIN)/python bench/scale.py
 
 clean:
 	rm -rf $(VENV) $(STUDIO_VENV) .langgraph_api .rp_home .pytest_cache .mypy_cache .ruff_cache build *.egg-info

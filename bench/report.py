@@ -290,6 +290,46 @@ def _interop_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _scale_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    levels = result["levels"]
+    last = levels[-1]
+    goal = result["goal_hybrid_p50_ms_at_250k"]
+    verdict = "meets" if last["hybrid"]["p50"] <= goal else "misses"
+    e = result["query_embedding_ms"]
+    lines = [
+        "## Scaling (`bench/scale.py`)",
+        "",
+        "SciFact replicated with perturbation (words dropped and swapped, vectors plus "
+        "Gaussian noise) through the normal ingest path; warm, single client, "
+        f"{result['queries']} queries per size, query embedding excluded (it costs "
+        f"p50 {e['p50']:.1f} ms, p95 {e['p95']:.1f} ms on its own); measured "
+        f"{result['date']}.",
+        "",
+        "| chunks | lexical p50 / p95 | dense p50 / p95 | hybrid (40) p50 / p95 | load |",
+        "|---|---|---|---|---|",
+    ]
+    for lv in levels:
+        cells = [
+            f"{lv[k]['p50']:.1f} / {lv[k]['p95']:.1f} ms"
+            for k in ("lexical", "dense", "hybrid")
+        ]
+        lines.append(
+            f"| {lv['chunks']:,} | "
+            + " | ".join(cells)
+            + f" | {lv['load_seconds']:.0f} s |"
+        )
+    g = result["growth_p50"]
+    lines += [
+        "",
+        f"p50 growth from {levels[0]['chunks']:,} to {last['chunks']:,} chunks: lexical "
+        f"x{g['lexical']}, dense x{g['dense']}, hybrid x{g['hybrid']}. Goal: hybrid "
+        f"p50 <= {goal} ms at 250k chunks: {verdict} ({last['hybrid']['p50']:.1f} ms "
+        f"at {last['chunks']:,}).",
+        "",
+    ]
+    return lines
+
+
 def _reliability_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     f = result["figures"]
 
@@ -364,6 +404,9 @@ def write_benchmarks_md() -> Path:
     interop = RESULTS / "interop.json"
     if interop.exists():
         lines += _interop_section(json.loads(interop.read_text()))
+    scale = RESULTS / "scale.json"
+    if scale.exists():
+        lines += _scale_section(json.loads(scale.read_text()))
     reliability = RESULTS / "reliability.json"
     if reliability.exists():
         lines += _reliability_section(json.loads(reliability.read_text()))
