@@ -65,6 +65,7 @@ def branches(state: PipelineState) -> list[Send]:
             recency=understanding.get("freshness"),
             boost_path_prefix=filters.get("path_prefix"),
             boost_title=filters.get("doc_title_contains"),
+            boost_entity_types=list(filters.get("entity_types") or []),
         )
 
     planned = [branch(effective, list(CHANNELS), "main")]

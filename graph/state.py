@@ -108,6 +108,7 @@ class BranchInput(TypedDict):
     recency: NotRequired[str | None]
     boost_path_prefix: NotRequired[str | None]
     boost_title: NotRequired[str | None]
+    boost_entity_types: NotRequired[list[str]]
 
 
 class PipelineState(TypedDict):

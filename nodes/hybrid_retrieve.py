@@ -40,6 +40,7 @@ def make_hybrid_retrieve(
             soft = SoftScope(
                 path_prefix=branch.get("boost_path_prefix"),
                 doc_title_contains=branch.get("boost_title"),
+                entity_types=tuple(branch.get("boost_entity_types") or ()),
                 freshness=branch.get("recency"),
             )
             fused = apply_soft_scope(fused, soft, resources.store, scope)

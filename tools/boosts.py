@@ -19,6 +19,7 @@ from retrieval_pipeline.graph.context import (
     RECENCY_WEIGHT,
     SOFT_FILTER_BOOST,
 )
+from retrieval_pipeline.tools.store.graph import GraphStore
 from retrieval_pipeline.tools.store.store import AccessScope, Store
 
 
@@ -28,12 +29,19 @@ class SoftScope:
 
     path_prefix: str | None = None
     doc_title_contains: str | None = None
+    entity_types: tuple[str, ...] = ()
+    """Boost chunks whose document mentions an entity of one of these types."""
     freshness: str | None = None  # "recent" | "historical" | None
 
     @property
     def empty(self) -> bool:
         """True when no adjustment applies."""
-        return not (self.path_prefix or self.doc_title_contains or self.freshness)
+        return not (
+            self.path_prefix
+            or self.doc_title_contains
+            or self.entity_types
+            or self.freshness
+        )
 
 
 def apply_soft_scope(
@@ -48,6 +56,15 @@ def apply_soft_scope(
     if soft.empty or not fused:
         return list(fused)
     rows = store.fetch_chunks([chunk_id for chunk_id, _, _ in fused], scope)
+    typed = (
+        GraphStore(store).documents_mentioning_types(
+            sorted({str(r["document_id"]) for r in rows.values()}),
+            soft.entity_types,
+            scope,
+        )
+        if soft.entity_types
+        else set()
+    )
     now = now or datetime.now(tz=UTC)
     adjusted = []
     for chunk_id, score, ranks in fused:
@@ -57,6 +74,8 @@ def apply_soft_scope(
                 score += SOFT_FILTER_BOOST
             title = soft.doc_title_contains
             if title and title.casefold() in str(row["title"]).casefold():
+                score += SOFT_FILTER_BOOST
+            if row["document_id"] in typed:
                 score += SOFT_FILTER_BOOST
             if soft.freshness in ("recent", "historical"):
                 age_days = max(0.0, (now - row["updated_at"]).total_seconds() / 86_400)

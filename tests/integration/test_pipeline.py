@@ -10,7 +10,7 @@ from provider_peers import rerank_peer
 
 from retrieval_pipeline.errors import InvalidQueryError
 from retrieval_pipeline.graph.builder import build_pipeline
-from retrieval_pipeline.graph.context import Context
+from retrieval_pipeline.graph.context import SOFT_FILTER_BOOST, Context
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.ingest.job import Ingestor
 from retrieval_pipeline.tools.rerankers.http import CohereReranker, VoyageReranker
@@ -252,6 +252,48 @@ class TestUnderstanding:
 
         assert first_service(docs_after) < first_service(docs_before)  # boosted ...
         assert "runbooks/kafka-consumer-lag" in docs_after  # ... but nothing excluded
+
+    def test_entity_type_filter_boosts_documents_mentioning_that_type(
+        self, retriever: Retriever, corpus: None
+    ) -> None:
+        from retrieval_pipeline.tools.store.graph import GraphStore
+
+        question = "kafka consumer lag scaling partitions"
+        context = Context(graph_fusion=False, reranker="none", candidate_pool=40)
+        plain = pipeline(retriever, judge=ScriptedJudge(answer={"rewrite": question}))
+        typed = pipeline(
+            retriever,
+            judge=ScriptedJudge(
+                answer={"rewrite": question, "filters": {"entity_types": ["Team"]}}
+            ),
+        )
+        before = plain.invoke({"question": question, "limit": 20}, context=context)
+        after = typed.invoke({"question": question, "limit": 20}, context=context)
+        scope = retriever.scope()
+        with retriever.store.connection() as conn:
+            keys = dict(conn.execute("SELECT source_id, id FROM documents").fetchall())
+        teams = GraphStore(retriever.store).documents_mentioning_types(
+            list(keys.values()), ["team"], scope
+        )
+        with_team = {source for source, key in keys.items() if key in teams}
+        assert with_team and with_team != set(keys)  # a real split of the corpus
+
+        # Every chunk of a team-mentioning document gains exactly the boost; the
+        # rest keep their scores; nothing is excluded.
+        scores_before = {c["chunk_id"]: c for c in before["chunks"]}
+        compared = 0
+        for chunk in after["chunks"]:
+            old = scores_before.get(chunk["chunk_id"])
+            if old is None:
+                continue
+            gain = SOFT_FILTER_BOOST if chunk["document_id"] in with_team else 0.0
+            assert chunk["score"] == pytest.approx(old["score"] + gain)
+            compared += 1
+        assert compared >= 5
+        assert any(c["document_id"] in with_team for c in after["chunks"][:8])
+        assert "runbooks/kafka-consumer-lag" in [
+            c["document_id"] for c in after["chunks"]
+        ]
 
     def test_freshness_intent_favours_recent_documents(
         self, retriever: Retriever, corpus: None

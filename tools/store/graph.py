@@ -169,6 +169,21 @@ LIMIT %(cap)s
 )
 
 
+MENTIONING_TYPES = sql.SQL(
+    """
+SELECT DISTINCT m.document_id
+FROM mentions m
+JOIN documents d ON d.id = m.document_id
+JOIN entities e ON e.id = m.entity_id
+LEFT JOIN entities c ON c.id = e.canonical_id
+WHERE m.document_id = ANY(%(docs)s::text[]) AND {doc_filter}
+  AND e.lifecycle = 'served' AND coalesce(c.lifecycle, 'served') = 'served'
+  AND lower(coalesce(c.type, e.type)) = ANY(%(types)s::text[])
+  AND (m.origin <> 'extracted' OR {attested_e})
+"""
+)
+
+
 @dataclass(frozen=True)
 class GraphExpansion:
     """What graph fusion found: weighted entities per hop and resolved documents."""
@@ -257,3 +272,22 @@ class GraphStore:
                 ).fetchall()
             ]
         return GraphExpansion(seeds, hops, documents)
+
+    def documents_mentioning_types(
+        self, document_ids: Sequence[str], types: Sequence[str], scope: AccessScope
+    ) -> set[str]:
+        """Of these (internal) documents, those mentioning a served entity of a type.
+
+        Types compare case-insensitively, through the canonical entity's type; a
+        name-linked mention counts only when a document the caller may see attests
+        the entity (as everywhere in graph fusion).
+        """
+        wanted = sorted({t.strip().casefold() for t in types if t and t.strip()})
+        if not document_ids or not wanted:
+            return set()
+        statement = MENTIONING_TYPES.format(
+            doc_filter=_DOC_FILTER, attested_e=_attested("e.id")
+        )
+        params = scope.params() | {"docs": list(document_ids), "types": wanted}
+        with self.store.connection() as conn:
+            return {r[0] for r in conn.execute(statement, params).fetchall()}
