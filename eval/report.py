@@ -535,45 +535,54 @@ def plots(reports: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     ax.set_title("Per-slice deltas")
     figures["slices"] = _png(fig)
 
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    stages: dict[str, list[float]] = {}
+    stages: list[str] = []
     for r in reports:
-        final = r["steps"][-1]
-        for stage, ms in final.get("stage_ms_p50", {}).items():
-            stages.setdefault(stage, []).append(ms)
-    for i, r in enumerate(reports):
-        final = r["steps"][-1]
-        values = [final.get("stage_ms_p50", {}).get(s, 0.0) for s in stages]
-        ax.bar(
-            [j + i * width for j in range(len(stages))],
-            values,
-            width,
-            label=r["dataset"],
-        )
-    ax.set_xticks(range(len(stages)))
-    ax.set_xticklabels(list(stages), rotation=15)
-    ax.set_ylabel("median ms")
-    ax.set_title("Latency per stage (final step)")
-    ax.legend(fontsize=8)
-    figures["latency"] = _png(fig)
+        for stage in r["steps"][-1].get("stage_ms_p50", {}):
+            if stage not in stages:
+                stages.append(stage)
+    figures["latency"] = _grouped_bars(
+        reports,
+        stages,
+        lambda r, s: r["steps"][-1].get("stage_ms_p50", {}).get(s, 0.0),
+        ylabel="median ms",
+        title="Latency per stage (final step)",
+    )
+    figures["failures"] = _grouped_bars(
+        reports,
+        ["hit", "absent", "ranked_low", "omitted"],
+        lambda r, c: r["failures"]["counts"][c],
+        ylabel="queries",
+        title="Failure diagnosis (final step, top 10)",
+    )
+    return figures
+
+
+def _grouped_bars(
+    reports: Sequence[Mapping[str, Any]],
+    groups: Sequence[str],
+    value: Any,
+    *,
+    ylabel: str,
+    title: str,
+) -> str:
+    """One bar per data set within each group; returns the PNG (base64)."""
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    categories = ["hit", "absent", "ranked_low", "omitted"]
+    width = 0.8 / max(len(reports), 1)
     for i, r in enumerate(reports):
-        counts = [r["failures"]["counts"][c] for c in categories]
         ax.bar(
-            [j + i * width for j in range(len(categories))],
-            counts,
+            [j + i * width for j in range(len(groups))],
+            [value(r, g) for g in groups],
             width,
             label=r["dataset"],
         )
-    ax.set_xticks(range(len(categories)))
-    ax.set_xticklabels(categories)
-    ax.set_ylabel("queries")
-    ax.set_title("Failure diagnosis (final step, top 10)")
+    ax.set_xticks([j + width * (len(reports) - 1) / 2 for j in range(len(groups))])
+    ax.set_xticklabels(list(groups), rotation=15)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
-    figures["failures"] = _png(fig)
-    return figures
+    return _png(fig)
 
 
 def _fmt(s: Mapping[str, float]) -> str:

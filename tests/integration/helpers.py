@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hypothesis import HealthCheck, settings
+
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
@@ -42,3 +44,16 @@ def assert_stats_consistent(store: Any) -> None:
             """
         ).fetchone()[0]
         assert bad_lengths == 0
+
+
+def property_settings(max_examples: int) -> Any:
+    """Hypothesis settings for the property and fuzz tests: reproducible in CI
+    (derandomised, no example database), no per-example deadline (each example
+    touches PostgreSQL), and fixtures shared across examples on purpose."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )

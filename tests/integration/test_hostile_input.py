@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 from figures import record_figure
-from helpers import assert_stats_consistent
+from helpers import assert_stats_consistent, property_settings
 from http_server import running
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from retrieval_pipeline.graph.builder import build_pipeline
@@ -103,13 +103,7 @@ def _assert_clean(response: httpx.Response, sent: Any) -> None:
 def test_fuzzed_queries_get_results_or_a_clear_4xx(served: httpx.Client) -> None:
     statuses: dict[int, int] = {}
 
-    @settings(
-        max_examples=250,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @property_settings(250)
     @given(payload=payloads)
     def check(payload: dict[str, Any]) -> None:
         # json.dumps escapes lone surrogates, as a hostile client may send them.
@@ -236,13 +230,7 @@ def test_fuzzed_files_fail_per_file_and_nothing_is_half_written(
 ) -> None:
     tried = 0
 
-    @settings(
-        max_examples=80,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @property_settings(80)
     @given(files=st.lists(source_files(), min_size=1, max_size=4))
     def check(files: list[tuple[str, bytes]]) -> None:
         nonlocal tried

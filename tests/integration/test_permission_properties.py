@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 from fake_judge import ScriptedJudge
 from figures import record_figure
-from hypothesis import HealthCheck, given, settings
+from helpers import property_settings
+from hypothesis import given
 from hypothesis import strategies as st
 from provider_peers import rerank_peer
 
@@ -232,13 +233,7 @@ def test_no_hidden_evidence_reaches_a_caller_by_any_path(
 ) -> None:
     ingestor = Ingestor(harness.retriever.store, embedder)
 
-    @settings(
-        max_examples=150,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @property_settings(150)
     @given(docs=corpora(), batch=st.lists(cases, min_size=13, max_size=18))
     def check(docs: list[Doc], batch: list[Case]) -> None:
         _ingest(ingestor, docs)
@@ -318,13 +313,7 @@ def test_graph_fusion_is_the_same_whether_or_not_hidden_documents_exist(
     graph = GraphStore(harness.retriever.store)
     tried = 0
 
-    @settings(
-        max_examples=60,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
+    @property_settings(60)
     @given(
         docs=corpora(),
         principals=st.frozensets(st.sampled_from(PRINCIPALS), max_size=2),
