@@ -251,6 +251,9 @@ def _run_pipeline_step(
         run[qid] = chunks_to_documents(docs)
         d = dict(out["retrieval_debug"])
         d["_documents"] = docs
+        d["_duplicate_share"] = context_duplicate_share(
+            [c.get("text", "") for c in out["chunks"]]
+        )
         debug[qid] = d
     result = ConfigResult(
         step.name, step.description, evaluate(run, dataset.qrels, ks=KS), run
@@ -258,14 +261,33 @@ def _run_pipeline_step(
     return StepResult(step, result, debug, latencies)
 
 
+def context_duplicate_share(texts: Sequence[str], threshold: float = 0.9) -> float:
+    """Share of assembled chunks that near-duplicate an earlier one.
+
+    Near-duplicate is the assembler's own test (shingle Jaccard at or above
+    ``threshold``), applied to the output texts.
+    """
+    from retrieval_pipeline.tools.assembly import jaccard, shingles
+
+    seen: list[frozenset[int]] = []
+    duplicates = 0
+    for text in texts:
+        grams = shingles(text)
+        if any(jaccard(grams, other) >= threshold for other in seen):
+            duplicates += 1
+        seen.append(grams)
+    return duplicates / len(texts) if texts else 0.0
+
+
 def _assembly_metrics(
     final: StepResult, dataset: BeirDataset, budget: int
 ) -> dict[str, Any]:
-    used, dup, distinct, first = [], [], [], []
+    used, dup, in_context, distinct, first = [], [], [], [], []
     for qid, d in final.debug.items():
         used.append(d.get("assembled_tokens", 0) / budget)
         pool = max(d.get("candidate_pool", 0), 1)
         dup.append(d.get("duplicates_dropped", 0) / pool)
+        in_context.append(d["_duplicate_share"])
         docs = d["_documents"][:10]
         distinct.append(len(set(docs)))
         relevant = {x for x, g in dataset.qrels[qid].items() if g > 0}
@@ -278,6 +300,7 @@ def _assembly_metrics(
         "budget_tokens": budget,
         "tokens_used_share": bootstrap_ci(used).to_dict(),
         "duplicate_share_of_pool": bootstrap_ci(dup).to_dict(),
+        "duplicate_share_in_context": bootstrap_ci(in_context).to_dict(),
         "distinct_documents_top10": bootstrap_ci(distinct).to_dict(),
         "first_relevant_position_median": statistics.median(first) if first else None,
         "first_relevant_found": len(first),
@@ -456,7 +479,11 @@ def run_dataset(
         )
         if dup_ids
         else 0.0,
-        "duplicate_share_in_context": 0.0,  # dropped ones never reach the context
+        "duplicate_share_in_context": statistics.mean(
+            final.debug[q]["_duplicate_share"] for q in dup_ids
+        )
+        if dup_ids
+        else 0.0,
     }
     if len(dup_ids) >= 5:
         slices["near_duplicate_pressure"]["final"] = final.result.summary(dup_ids)[
@@ -645,7 +672,9 @@ def markdown(reports: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
         lines.append(
             f"Context assembly: tokens used {_fmt(a['tokens_used_share'])} of "
             f"{a['budget_tokens']}; near-duplicates dropped per pool chunk "
-            f"{_fmt(a['duplicate_share_of_pool'])}; distinct documents in the top 10 "
+            f"{_fmt(a['duplicate_share_of_pool'])}; near-duplicate share of the "
+            f"assembled context {_fmt(a['duplicate_share_in_context'])}; distinct "
+            "documents in the top 10 "
             f"{_fmt(a['distinct_documents_top10'])}; first relevant position (median) "
             f"{a['first_relevant_position_median']}."
         )

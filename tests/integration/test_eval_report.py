@@ -97,6 +97,7 @@ def test_report_renders_every_section_and_figure(
     assert data["permission"]["withheld_documents_returned"] == 0
     assert data["negatives"]["queries"] > 0  # off-topic questions for a single set
     assert 0 < data["assembly"]["tokens_used_share"]["mean"] <= 1
+    assert 0 <= data["assembly"]["duplicate_share_in_context"]["mean"] <= 1
     assert "stage_ms_p50" in data["steps"][-1]
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(images) == 4
@@ -128,3 +129,14 @@ def test_the_gate_passes_on_its_baseline_and_fails_on_a_drop(
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "REGRESSION" in err and "lexical" in err
+
+
+def test_context_duplicate_share_counts_near_copies_of_earlier_chunks() -> None:
+    from retrieval_pipeline.eval.report import context_duplicate_share
+
+    footer = "All rights reserved. Contact the editors for corrections about this page."
+    assert context_duplicate_share([]) == 0.0
+    assert context_duplicate_share(["kafka lag grows", "ledger postings reverse"]) == 0
+    assert context_duplicate_share([footer, footer, "something else entirely"]) == (
+        1 / 3
+    )
