@@ -290,6 +290,31 @@ def _interop_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _eval_report_section(report: dict) -> list[str]:  # type: ignore[type-arg]
+    meta = report["meta"]
+    lines = [
+        "## Ablation ladder (`make eval-report`)",
+        "",
+        f"From `reports/eval/report.json` ({meta['date']}; reranker: {meta['reranker']}; "
+        f"judge: {meta['judge']}); the full report with slices, failure diagnosis and "
+        "figures is `reports/eval/report.html` / `report.md`. nDCG@10 with 95 % "
+        "bootstrap CIs; p: paired randomization test against the step before.",
+        "",
+        "| data set | step | nDCG@10 | Δ vs previous | p |",
+        "|---|---|---|---|---|",
+    ]
+    for data in report["datasets"]:
+        for step in data["steps"]:
+            m = step["summary"]["ndcg@10"]
+            cmp = step.get("vs_previous")
+            delta = f"{cmp['delta']:+.3f} | {cmp['p_value']:.4f}" if cmp else " | "
+            lines.append(
+                f"| {data['dataset']} | {step['name']} | {m['mean']:.3f} "
+                f"[{m['low']:.3f}, {m['high']:.3f}] | {delta} |"
+            )
+    return lines + [""]
+
+
 def _scale_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     levels = result["levels"]
     last = levels[-1]
@@ -404,6 +429,9 @@ def write_benchmarks_md() -> Path:
     interop = RESULTS / "interop.json"
     if interop.exists():
         lines += _interop_section(json.loads(interop.read_text()))
+    eval_report = REPO / "reports" / "eval" / "report.json"
+    if eval_report.exists():
+        lines += _eval_report_section(json.loads(eval_report.read_text()))
     scale = RESULTS / "scale.json"
     if scale.exists():
         lines += _scale_section(json.loads(scale.read_text()))

@@ -12,10 +12,10 @@ have no supporting evidence here), a permission boundary (half of each query's
 relevant documents withheld by the SQL scope filter), and near-duplicate pressure
 (queries whose candidate pool held near-duplicates the assembler dropped).
 
-Failure diagnosis, per query of the final step, for queries with no relevant
-document in the top 10: *absent* (in no candidate list), *ranked low* (a candidate,
-but below the pool cut), *omitted* (inside the pool, left out of the assembled
-context by budget, duplicate drop, per-document share or order).
+Failure diagnosis, for every relevant document missing from a query's top 10 at the
+final step: *absent* (in no candidate list), *ranked low* (a candidate, but below
+the pool cut), *omitted* (inside the pool, left out of the assembled context's top
+10 by budget, duplicate drop, per-document share or order).
 """
 
 from __future__ import annotations
@@ -307,30 +307,52 @@ def _assembly_metrics(
     }
 
 
+CAUSES = ("absent", "ranked_low", "omitted")
+
+
 def _diagnose(
     final: StepResult, hybrid: StepResult, dataset: BeirDataset, pool: int
 ) -> dict[str, Any]:
-    counts = {"hit": 0, "absent": 0, "ranked_low": 0, "omitted": 0}
-    examples: dict[str, list[str]] = {k: [] for k in counts}
-    per_query: dict[str, str] = {}
+    """Why each relevant document missing from the final top 10 is missing.
+
+    Per missing (query, relevant document): *absent* from the deep fused candidate
+    list (100 chunks per channel), *ranked_low* (a candidate below the pool cut), or
+    *omitted* (inside the pool, left out of the top 10 of the assembled context).
+    """
+    missing = dict.fromkeys(CAUSES, 0)
+    examples: dict[str, list[str]] = {k: [] for k in CAUSES}
+    per_query: dict[str, dict[str, str]] = {}
+    complete = 0
     for qid in sorted(dataset.queries):
-        relevant = {x for x, g in dataset.qrels[qid].items() if g > 0}
-        if relevant & set(final.result.run.get(qid, [])[:10]):
-            category = "hit"
-        else:
-            candidates = hybrid.result.run.get(qid, [])  # depth 100, fused
-            ranks = [i + 1 for i, x in enumerate(candidates) if x in relevant]
-            if not ranks:
-                category = "absent"
-            elif min(ranks) > pool:
-                category = "ranked_low"
+        relevant = sorted(x for x, g in dataset.qrels[qid].items() if g > 0)
+        top = set(final.result.run.get(qid, [])[:10])
+        candidates = hybrid.result.run.get(qid, [])  # deep, fused
+        rank = {doc: i + 1 for i, doc in reversed(list(enumerate(candidates)))}
+        causes = {}
+        for doc in relevant:
+            if doc in top:
+                continue
+            if doc not in rank:
+                cause = "absent"
+            elif rank[doc] > pool:
+                cause = "ranked_low"
             else:
-                category = "omitted"
-        counts[category] += 1
-        per_query[qid] = category
-        if len(examples[category]) < 5:
-            examples[category].append(qid)
-    return {"counts": counts, "examples": examples, "per_query": per_query}
+                cause = "omitted"
+            causes[doc] = cause
+            missing[cause] += 1
+            if qid not in examples[cause] and len(examples[cause]) < 5:
+                examples[cause].append(qid)
+        if causes:
+            per_query[qid] = causes
+        else:
+            complete += 1
+    return {
+        "queries_complete": complete,
+        "queries_with_missing": len(per_query),
+        "missing_by_cause": missing,
+        "examples": examples,
+        "per_query": per_query,
+    }
 
 
 def _negatives(
@@ -576,10 +598,10 @@ def plots(reports: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     )
     figures["failures"] = _grouped_bars(
         reports,
-        ["hit", "absent", "ranked_low", "omitted"],
-        lambda r, c: r["failures"]["counts"][c],
-        ylabel="queries",
-        title="Failure diagnosis (final step, top 10)",
+        list(CAUSES),
+        lambda r, c: r["failures"]["missing_by_cause"][c],
+        ylabel="relevant documents missing from the top 10",
+        title="Failure diagnosis (final step)",
     )
     return figures
 
@@ -624,7 +646,10 @@ def markdown(reports: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
         f"Generated {meta['date']} by `retrieval-pipeline eval report`; "
         f"reranker: {meta['reranker']}; judge: {meta['judge']}. "
         "Means with 95 % bootstrap CIs; p from a paired randomization test of each "
-        "step against the one before it.",
+        "step against the one before it. The pipeline steps return at most 20 "
+        "chunks (the assembler's cap), which can hold fewer than 20 distinct "
+        "documents, so their recall@20 can sit below the channel steps' (which rank "
+        "100 chunks per channel).",
         "",
     ]
     for r in reports:
@@ -658,14 +683,21 @@ def markdown(reports: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
         f = r["failures"]
         lines += [
             "",
-            "Failure diagnosis (final step): "
-            + ", ".join(f"{k} {v}" for k, v in f["counts"].items())
-            + "; examples: "
-            + "; ".join(
-                f"{k}: {', '.join(v)}"
-                for k, v in f["examples"].items()
-                if v and k != "hit"
-            ),
+            f"Failure diagnosis (final step): {f['queries_complete']} queries have "
+            f"every relevant document in the top 10, {f['queries_with_missing']} "
+            "miss at least one. Missing relevant documents by cause: "
+            + ", ".join(f"{k} {v}" for k, v in f["missing_by_cause"].items())
+            + " (absent: in no candidate list; ranked_low: a candidate below the "
+            "pool cut; omitted: in the pool, not in the top 10 of the context)"
+            + (
+                "; example queries: "
+                + "; ".join(
+                    f"{k}: {', '.join(v)}" for k, v in f["examples"].items() if v
+                )
+                if any(f["examples"].values())
+                else ""
+            )
+            + ".",
             "",
         ]
         a = r["assembly"]
