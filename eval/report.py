@@ -599,9 +599,12 @@ def plots(reports: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     figures["failures"] = _grouped_bars(
         reports,
         list(CAUSES),
-        lambda r, c: r["failures"]["missing_by_cause"][c],
-        ylabel="relevant documents missing from the top 10",
-        title="Failure diagnosis (final step)",
+        lambda r, c: (
+            r["failures"]["missing_by_cause"][c]
+            / max(sum(r["failures"]["missing_by_cause"].values()), 1)
+        ),
+        ylabel="share of missing relevant documents",
+        title="Failure diagnosis (final step): why relevant documents miss the top 10",
     )
     return figures
 
@@ -774,10 +777,16 @@ def write_report(
     reports: Sequence[DatasetReport], out: Path, meta: Mapping[str, Any]
 ) -> dict[str, Path]:
     """Write report.md, report.html and report.json under ``out``."""
+    return write_outputs([r.to_dict() for r in reports], meta, out)
+
+
+def write_outputs(
+    data: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], out: Path
+) -> dict[str, Path]:
+    """Render the JSON form of the per-data-set reports into the three files."""
     import json
 
     out.mkdir(parents=True, exist_ok=True)
-    data = [r.to_dict() for r in reports]
     md = markdown(data, meta)
     paths = {
         "md": out / "report.md",
@@ -787,10 +796,18 @@ def write_report(
     paths["md"].write_text(md, encoding="utf-8")
     paths["html"].write_text(html_page(md, plots(data)), encoding="utf-8")
     paths["json"].write_text(
-        json.dumps({"meta": dict(meta), "datasets": data}, indent=1, default=str),
+        json.dumps({"meta": dict(meta), "datasets": list(data)}, indent=1, default=str),
         encoding="utf-8",
     )
     return paths
+
+
+def rerender(out: Path) -> dict[str, Path]:
+    """Re-render report.md and report.html from an existing report.json."""
+    import json
+
+    saved = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return write_outputs(saved["datasets"], saved["meta"], out)
 
 
 # --- regression gate --------------------------------------------------------------
