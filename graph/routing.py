@@ -15,7 +15,12 @@ from langgraph.types import Send
 from retrieval_pipeline.graph.context import Context
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import BranchInput, PipelineState
-from retrieval_pipeline.tools.retrieve import CHANNELS, check_limit, clean_query
+from retrieval_pipeline.tools.retrieve import (
+    CHANNELS,
+    check_limit,
+    check_scope_values,
+    clean_query,
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,9 @@ def validate_input(state: PipelineState) -> None:
     clean_query(state.get("question"))
     if "limit" in state:
         check_limit(state["limit"])
+    check_scope_values(
+        state.get("principals") or [], state.get("tenant"), state.get("doc_ids")
+    )
 
 
 StartRoute = Literal["understand_query", "plain_retrieve"]

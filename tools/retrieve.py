@@ -93,6 +93,40 @@ def parse_websearch(query: str) -> WebQuery:
     )
 
 
+def check_scope_values(
+    principals: object = (), tenant: object = None, doc_ids: object = None
+) -> None:
+    """Reject access values no stored row can hold, with a clear error.
+
+    NUL bytes, unpaired surrogates and non-text would otherwise fail in the database.
+    """
+
+    def bad(value: object) -> bool:
+        if not isinstance(value, str):
+            return True
+        if "\x00" in value:
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+
+    for name, values in (("principals", principals), ("doc_ids", doc_ids)):
+        if values is None:
+            continue
+        if isinstance(values, str) or not isinstance(values, list | tuple):
+            raise InvalidQueryError(f"{name} must be a list of strings")
+        if any(bad(v) for v in values):
+            raise InvalidQueryError(
+                f"{name} must be strings without NUL bytes or unpaired surrogates"
+            )
+    if tenant is not None and bad(tenant):
+        raise InvalidQueryError(
+            "tenant must be a string without NUL bytes or unpaired surrogates"
+        )
+
+
 def check_limit(limit: object) -> int:
     """Validate an answer budget (number of chunks)."""
     if (
@@ -239,6 +273,9 @@ class Retriever:
         doc_ids: Sequence[str] | None = None,
     ) -> AccessScope:
         """Build the access scope; ``doc_ids`` are the sources' own ids."""
+        check_scope_values(
+            list(principals), tenant, None if doc_ids is None else list(doc_ids)
+        )
         tenant_key = tenant or ""
         keys = (
             None
