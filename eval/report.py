@@ -41,6 +41,7 @@ from retrieval_pipeline.eval.runner import (
 )
 from retrieval_pipeline.eval.stats import bootstrap_ci, paired_test
 from retrieval_pipeline.graph.context import Context
+from retrieval_pipeline.observability import duplicate_share
 from retrieval_pipeline.tools.retrieve import Retriever
 
 HEADLINE = "ndcg@10"
@@ -234,9 +235,7 @@ def build_slices(dataset: BeirDataset, corpus_text: Mapping[str, str]) -> dict: 
 # --- running ----------------------------------------------------------------------
 
 
-def _run_pipeline_step(
-    graph: Any, dataset: BeirDataset, step: Step, chunk_docs: Mapping[str, str]
-) -> StepResult:
+def _run_pipeline_step(graph: Any, dataset: BeirDataset, step: Step) -> StepResult:
     run: dict[str, list[str]] = {}
     debug: dict[str, dict[str, Any]] = {}
     latencies = []
@@ -251,7 +250,7 @@ def _run_pipeline_step(
         run[qid] = chunks_to_documents(docs)
         d = dict(out["retrieval_debug"])
         d["_documents"] = docs
-        d["_duplicate_share"] = context_duplicate_share(
+        d["_duplicate_share"] = duplicate_share(
             [c.get("text", "") for c in out["chunks"]]
         )
         debug[qid] = d
@@ -259,24 +258,6 @@ def _run_pipeline_step(
         step.name, step.description, evaluate(run, dataset.qrels, ks=KS), run
     )
     return StepResult(step, result, debug, latencies)
-
-
-def context_duplicate_share(texts: Sequence[str], threshold: float = 0.9) -> float:
-    """Share of assembled chunks that near-duplicate an earlier one.
-
-    Near-duplicate is the assembler's own test (shingle Jaccard at or above
-    ``threshold``), applied to the output texts.
-    """
-    from retrieval_pipeline.tools.assembly import jaccard, shingles
-
-    seen: list[frozenset[int]] = []
-    duplicates = 0
-    for text in texts:
-        grams = shingles(text)
-        if any(jaccard(grams, other) >= threshold for other in seen):
-            duplicates += 1
-        seen.append(grams)
-    return duplicates / len(texts) if texts else 0.0
 
 
 def _assembly_metrics(
@@ -359,7 +340,6 @@ def _negatives(
     graph: Any, dataset: BeirDataset, borrowed: Sequence[str], context: Context
 ) -> dict[str, Any]:
     empty = 0
-    top_scores = []
     for text in borrowed:
         out = graph.invoke(
             {"question": text, "limit": LIMIT, "tenant": dataset.tenant},
@@ -367,8 +347,6 @@ def _negatives(
         )
         if not out["chunks"]:
             empty += 1
-        else:
-            top_scores.append(float(out["chunks"][0].get("score", 0.0)))
     n = max(len(borrowed), 1)
     return {
         "how": "questions from another data set: nothing here supports them",
@@ -381,11 +359,15 @@ def _negatives(
 
 
 def _permission(
-    graph: Any, dataset: BeirDataset, context: Context, max_queries: int = 60
+    graph: Any,
+    dataset: BeirDataset,
+    context: Context,
+    corpus_ids: Sequence[str],
+    max_queries: int = 60,
 ) -> dict[str, Any]:
     """Withhold every other relevant document through the SQL scope filter."""
     leaks = 0
-    recall_visible, recall_full = [], []
+    recall_visible = []
     tried = 0
     for qid in sorted(q for q in dataset.queries if len(dataset.qrels[q]) >= 2)[
         :max_queries
@@ -395,7 +377,7 @@ def _permission(
         if not withheld:
             continue
         tried += 1
-        allowed = _allowed_documents(graph, dataset, withheld)
+        allowed = [d for d in corpus_ids if d not in withheld]
         out = graph.invoke(
             {
                 "question": dataset.queries[qid],
@@ -409,7 +391,6 @@ def _permission(
         leaks += len(docs & withheld)
         visible = set(relevant) - withheld
         recall_visible.append(len(docs & visible) / len(visible))
-        recall_full.append(len(docs & set(relevant)) / len(relevant))
     return {
         "how": "every other relevant document withheld by the document-scope filter "
         "(the same SQL predicate position as the ACL filter)",
@@ -419,24 +400,6 @@ def _permission(
         if recall_visible
         else None,
     }
-
-
-_ALL_DOCS: dict[str, list[str]] = {}
-
-
-def _allowed_documents(
-    graph: Any, dataset: BeirDataset, withheld: set[str]
-) -> list[str]:
-    if dataset.name not in _ALL_DOCS:
-        import json
-
-        ids = []
-        with dataset.corpus_path.open(encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    ids.append(str(json.loads(line)["_id"]))
-        _ALL_DOCS[dataset.name] = ids
-    return [d for d in _ALL_DOCS[dataset.name] if d not in withheld]
 
 
 def _corpus_text(dataset: BeirDataset) -> dict[str, str]:
@@ -470,17 +433,17 @@ def run_dataset(
     channels = run_channel_configs(dataset, retriever, channel_configs, ks=KS)
     by_name = {r.name: r for r in channels.results}
     graph = build_pipeline(PipelineResources(retriever=retriever, judge=judge))
-    chunk_docs = retriever.store.chunk_sources(dataset.tenant)
     results: list[StepResult] = []
     for step in steps:
         if step.channel is not None:
             results.append(StepResult(step, by_name[step.channel.name]))
         else:
-            results.append(_run_pipeline_step(graph, dataset, step, chunk_docs))
+            results.append(_run_pipeline_step(graph, dataset, step))
     final = results[-1]
     hybrid = next(r for r in results if r.step.name == "hybrid")
     context = final.step.context or Context()
-    slices = build_slices(dataset, _corpus_text(dataset))
+    corpus = _corpus_text(dataset)
+    slices = build_slices(dataset, corpus)
     for spec in slices.values():
         ids = spec["ids"]
         spec["queries"] = len(ids)
@@ -518,7 +481,7 @@ def run_dataset(
         failures=_diagnose(final, hybrid, dataset, context.candidate_pool),
         assembly=_assembly_metrics(final, dataset, context.token_budget),
         negatives=_negatives(graph, dataset, borrowed, context),
-        permission=_permission(graph, dataset, context),
+        permission=_permission(graph, dataset, context, list(corpus)),
         seconds=time.perf_counter() - started,
     )
 

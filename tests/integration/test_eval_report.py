@@ -136,12 +136,10 @@ def test_the_gate_passes_on_its_baseline_and_fails_on_a_drop(
     assert "REGRESSION" in err and "lexical" in err
 
 
-def test_context_duplicate_share_counts_near_copies_of_earlier_chunks() -> None:
-    from retrieval_pipeline.eval.report import context_duplicate_share
+def test_duplicate_share_counts_near_copies_of_earlier_chunks() -> None:
+    from retrieval_pipeline.observability import duplicate_share
 
     footer = "All rights reserved. Contact the editors for corrections about this page."
-    assert context_duplicate_share([]) == 0.0
-    assert context_duplicate_share(["kafka lag grows", "ledger postings reverse"]) == 0
-    assert context_duplicate_share([footer, footer, "something else entirely"]) == (
-        1 / 3
-    )
+    assert duplicate_share([]) == 0.0
+    assert duplicate_share(["kafka lag grows", "ledger postings reverse"]) == 0
+    assert duplicate_share([footer, footer, "something else entirely"]) == (1 / 3)

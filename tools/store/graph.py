@@ -26,19 +26,13 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+from retrieval_pipeline.tools.store import sql as q
 from retrieval_pipeline.tools.store.store import AccessScope, Store
 
-# Documents the caller may see (alias `d`): the same semantics as the chunk filter.
-_DOC_FILTER = sql.SQL(
-    "d.tenant = %(tenant)s"
-    " AND (d.acl = '{}'::text[] OR d.acl && %(principals)s::text[])"
-)
+# Documents the caller may see: the chunk filter's own tenant and ACL predicates.
+_VISIBLE = f"{q.TENANT_FILTER} AND {q.ACL_FILTER}"
+_DOC_FILTER = sql.SQL(_VISIBLE.format(a="d"))  # alias `d`
 _DOC_SCOPE = sql.SQL(" AND d.id = ANY(%(doc_keys)s::text[])")
-
-_VISIBLE = (
-    "{a}.tenant = %(tenant)s"
-    " AND ({a}.acl = '{{}}'::text[] OR {a}.acl && %(principals)s::text[])"
-)
 
 
 def _attested(entity: str) -> sql.Composable:
