@@ -59,6 +59,7 @@ def make_hybrid_retrieve(
                 "channels": list(branch["channels"]),
                 "candidates": len(pool),
                 "lexical_ms": round(trace.lexical_ms, 3),
+                "lexical_mode": trace.lexical_mode,
                 "dense_ms": round(trace.dense_ms, 3),
                 "embed_ms": round(trace.embed_ms, 3),
             }

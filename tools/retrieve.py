@@ -31,7 +31,12 @@ from retrieval_pipeline.graph.context import (
 from retrieval_pipeline.ingest.chunker import extract_identifiers
 from retrieval_pipeline.tools.embeddings import Embedder, resolve_embedder
 from retrieval_pipeline.tools.store.records import RetrievedChunk, document_key
-from retrieval_pipeline.tools.store.store import AccessScope, Store, open_store
+from retrieval_pipeline.tools.store.store import (
+    LEXICAL_EXHAUSTIVE_POSTINGS,
+    AccessScope,
+    Store,
+    open_store,
+)
 
 CHANNELS = ("lexical", "dense")
 
@@ -226,6 +231,8 @@ class RetrievalTrace:
     dense_ms: float = 0.0
     fetch_ms: float = 0.0
     lexical_candidates: int = 0
+    lexical_mode: str = ""  # exhaustive, impact (bounded read) or scoped
+    lexical_postings: int = 0  # postings of the query's lexemes in the tenant
     dense_candidates: int = 0
     fused_candidates: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -245,6 +252,7 @@ class Retriever:
         k1: float = BM25_K1,
         b: float = BM25_B,
         fusion: str = FUSION,
+        lexical_exhaustive_postings: int | None = LEXICAL_EXHAUSTIVE_POSTINGS,
     ) -> None:
         if fusion not in FUSIONS:
             raise ValueError(f"unknown fusion '{fusion}'; choose one of: {FUSIONS}")
@@ -263,6 +271,8 @@ class Retriever:
         self.k1 = k1
         self.b = b
         self.fusion = fusion
+        # None scores every query exhaustively (exact at any cost).
+        self.lexical_exhaustive_postings = lexical_exhaustive_postings
         self._index_checked = False
 
     def scope(
@@ -323,6 +333,7 @@ class Retriever:
         if parsed.constraint:
             scope = replace(scope, constraint=parsed.constraint)
         started = time.perf_counter()
+        lexical_stats: dict[str, Any] = {}
         lexical = self.store.search_lexical(
             query,
             extract_identifiers(query),
@@ -331,8 +342,12 @@ class Retriever:
             k1=self.k1,
             b=self.b,
             phrases=parsed.phrases,
+            exhaustive_postings=self.lexical_exhaustive_postings,
+            stats=lexical_stats,
         )
         trace.lexical_ms = (time.perf_counter() - started) * 1000
+        trace.lexical_mode = lexical_stats.get("mode", "")
+        trace.lexical_postings = lexical_stats.get("postings", 0)
         trace.lexical_candidates = len(lexical)
         lexical_hits = [(chunk_id, score) for chunk_id, score, _ in lexical]
         if not run_dense:

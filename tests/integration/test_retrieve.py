@@ -239,6 +239,161 @@ class TestLexicalChannel:
         assert after == before
 
 
+class TestBoundedLexicalChannel:
+    """Past the exhaustive budget the lexical channel reads a bounded number of
+    postings (impact-ordered) or, with a document scope, scores the scope alone."""
+
+    @pytest.fixture()
+    def wide_corpus(self, ingestor: Ingestor, tmp_path: Path) -> None:
+        words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+        records = []
+        for i in range(300):
+            common = " ".join(
+                words[j] for j in range(10) if (i >> (j % 8)) & 1 or j < 3
+            )
+            extra = "zephyrine " * (i % 4) if i % 50 == 0 else ""
+            records.append(
+                {
+                    "_id": f"d{i:03d}",
+                    "text": f"{common} {common if i % 3 else ''} {extra} item{i}",
+                    "metadata": {
+                        "principals": ["staff"] if i % 7 == 0 else [],
+                        "tenant": "wide",
+                    },
+                }
+            )
+        write_jsonl(tmp_path / "wide.jsonl", records)
+        ingestor.ingest_paths([tmp_path])
+
+    QUERIES = [
+        "alpha beta gamma delta",
+        "zephyrine alpha epsilon",
+        "theta iota kappa zeta eta",
+        "item42 alpha",
+        "getUserById alpha",
+    ]
+
+    def _lexical(self, store: Store, query: str, scope: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        from retrieval_pipeline.ingest.chunker import extract_identifiers
+
+        stats: dict[str, object] = {}
+        rows = store.search_lexical(
+            query,
+            extract_identifiers(query),
+            scope,  # type: ignore[arg-type]
+            depth=kwargs.pop("depth", 30),  # type: ignore[arg-type]
+            k1=0.9,
+            b=0.4,
+            stats=stats,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        return rows, stats
+
+    def test_posting_quotas_water_fill_rarest_first(self) -> None:
+        from retrieval_pipeline.tools.store.store import posting_quotas
+
+        quotas = posting_quotas([5, 100_000, 40, 50_000], 8_000)
+        assert quotas[0] >= 5 and quotas[2] >= 40  # rare lexemes are read whole
+        # The common lexemes split the rest evenly, and the whole budget is used.
+        assert abs(quotas[1] - quotas[3]) <= 1 and quotas[1] + quotas[3] == 8_000 - 45
+        assert posting_quotas([10, 10], 0) == [1, 1]  # never starve a lexeme
+        assert posting_quotas([], 100) == []
+
+    def test_an_unbounded_read_equals_the_exhaustive_scorer(
+        self, store: Store, retriever: Retriever, wide_corpus: None
+    ) -> None:
+        for principals in ([], ["staff"]):
+            scope = retriever.scope(principals=principals, tenant="wide")
+            for query in self.QUERIES:
+                exact, stats = self._lexical(store, query, scope)
+                assert stats["mode"] == "exhaustive"
+                bounded, stats = self._lexical(
+                    store, query, scope, exhaustive_postings=0, read_budget=10**6
+                )
+                assert stats["mode"] == "impact" and stats["postings"] > 0
+                assert [r[0] for r in bounded] == [r[0] for r in exact], query
+                for (_, a, ha), (_, b, hb) in zip(bounded, exact, strict=True):
+                    assert a == pytest.approx(b, rel=1e-9) and ha == hb
+
+    def test_a_small_read_budget_keeps_access_rules_and_rare_terms(
+        self, store: Store, retriever: Retriever, wide_corpus: None
+    ) -> None:
+        scope = retriever.scope(tenant="wide")
+        rows, stats = self._lexical(
+            store,
+            "zephyrine alpha beta gamma",
+            scope,
+            exhaustive_postings=0,
+            read_budget=40,
+        )
+        assert stats["mode"] == "impact" and len(rows) == 30
+        found = retriever.store.fetch_chunks([r[0] for r in rows], scope)
+        assert len(found) == len(rows)  # all visible to this caller in this tenant
+        # The rare lexeme is read whole: the visible chunks containing it rank first,
+        # exactly scored, as the exhaustive scorer ranks them.
+        exact, _ = self._lexical(store, "zephyrine alpha beta gamma", scope)
+        texts = retriever.store.fetch_chunks([r[0] for r in exact], scope)
+        rare = [r for r in exact if "zephyrine" in texts[r[0]]["content"]]
+        assert len(rare) == 3
+        assert [r[0] for r in rows[:3]] == [r[0] for r in rare]
+        assert [r[1] for r in rows[:3]] == pytest.approx([r[1] for r in rare])
+        # Another tenant sees nothing of this corpus, whatever the mode.
+        other, _ = self._lexical(
+            store, "zephyrine alpha", retriever.scope(tenant="x"), exhaustive_postings=0
+        )
+        assert other == []
+
+    def test_identifiers_and_phrases_still_rank_first_when_bounded(
+        self, store: Store, retriever: Retriever, wide_corpus: None
+    ) -> None:
+        scope = retriever.scope(tenant="wide")
+        rows, stats = self._lexical(
+            store, "item43 alpha beta", scope, exhaustive_postings=0, read_budget=10
+        )
+        assert stats["mode"] == "impact"
+        top = retriever.store.fetch_chunks([rows[0][0]], scope)[rows[0][0]]
+        assert "item43" in top["content"] and rows[0][2] == 1
+        rows, _ = self._lexical(
+            store,
+            "alpha beta",
+            scope,
+            exhaustive_postings=0,
+            read_budget=10,
+            phrases='"item8"',
+        )
+        top = retriever.store.fetch_chunks([rows[0][0]], scope)[rows[0][0]]
+        assert "item8" in top["content"]
+
+    def test_a_document_scope_past_the_budget_scores_the_scope_exactly(
+        self, store: Store, retriever: Retriever, wide_corpus: None
+    ) -> None:
+        docs = [f"d{i:03d}" for i in range(0, 300, 9)]
+        for principals in ([], ["staff"]):
+            scope = retriever.scope(principals=principals, tenant="wide", doc_ids=docs)
+            exact, stats = self._lexical(store, "alpha beta zephyrine", scope)
+            assert stats["mode"] == "exhaustive"
+            scoped, stats = self._lexical(
+                store, "alpha beta zephyrine", scope, exhaustive_postings=0
+            )
+            assert stats["mode"] == "scoped"
+            assert [r[0] for r in scoped] == [r[0] for r in exact]
+            assert [r[1] for r in scoped] == pytest.approx([r[1] for r in exact])
+
+    def test_the_retriever_records_the_mode_in_its_trace(
+        self, store: Store, embedder: object, wide_corpus: None
+    ) -> None:
+        from retrieval_pipeline.tools.retrieve import RetrievalTrace
+
+        bounded = Retriever(store, embedder, lexical_exhaustive_postings=0)  # type: ignore[arg-type]
+        trace = RetrievalTrace()
+        assert bounded.retrieve("alpha beta gamma", tenant="wide", trace=trace)
+        assert trace.lexical_mode == "impact" and trace.lexical_postings > 0
+        exact = Retriever(store, embedder, lexical_exhaustive_postings=None)  # type: ignore[arg-type]
+        trace = RetrievalTrace()
+        exact.retrieve("alpha beta gamma", tenant="wide", trace=trace)
+        assert trace.lexical_mode == "exhaustive"
+
+
 class TestDenseChannel:
     @pytest.fixture()
     def one_percent_corpus(self, ingestor: Ingestor, tmp_path: Path) -> list[str]:

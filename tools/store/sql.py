@@ -42,29 +42,88 @@ CONSTRAINT_FILTER = {
 QUERY_TERM_WEIGHTS = """
 SELECT t.lexeme,
        ln(1 + (greatest(cs.chunk_count, 1) - ts.df + 0.5) / (ts.df + 0.5)) AS idf,
-       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl
+       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl,
+       ts.df
 FROM (SELECT DISTINCT lexeme
       FROM unnest(to_tsvector('english'::regconfig, %(query)s))) AS t
 JOIN term_stats ts ON ts.tenant = %(tenant)s AND ts.lexeme = t.lexeme AND ts.df > 0
 JOIN corpus_stats cs ON cs.tenant = %(tenant)s
 """
 
-LEXICAL_BM25 = sql.SQL(
-    """
-WITH weighted AS (
-    SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[]) AS w(lexeme, idf)
-),
+# A posting's BM25 term-frequency factor at the default k1 = 0.9, b = 0.4 and a
+# reference chunk length of 100 lexemes: tf / (tf + k1 (1 - b) + k1 b len / 100).
+# It orders a lexeme's postings from strongest to weakest evidence (an impact-ordered
+# index, Anh & Moffat 2006); idf is constant within a lexeme, so only the order
+# matters. Spelled exactly as in migration 004, so the planner matches the index.
+IMPACT = "(p.tf::float8 / (p.tf::float8 + 0.54 + 0.0036 * p.doc_len::float8))"
+
+_BM25_TERM = (
+    "w.idf * p.tf * (%(k1)s + 1)"
+    " / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.doc_len / %(avgdl)s))"
+)
+
+# Exhaustive: every posting of every query lexeme. Exact; cost grows with the
+# postings the query touches, so it is used while they fit the exhaustive budget.
+_BM25_EXHAUSTIVE = f"""
 bm25 AS (
-    SELECT p.chunk_id,
-           sum(w.idf * p.tf * (%(k1)s + 1)
-               / (p.tf + %(k1)s * (1 - %(b)s + %(b)s * p.doc_len / %(avgdl)s)))
-               AS score
+    SELECT p.chunk_id, sum({_BM25_TERM}) AS score
     FROM weighted w
     JOIN chunk_terms p ON p.tenant = %(tenant)s AND p.lexeme = w.lexeme
-    WHERE {posting_filters}
+    WHERE {{posting_filters}}
     GROUP BY p.chunk_id
+)"""
+
+# Exact BM25 of a known set of chunks: one index probe per (lexeme, chunk) on the
+# postings' primary key, whatever the lexemes' document frequencies.
+_BM25_OF_POOL = f"""
+bm25 AS (
+    SELECT p.chunk_id, sum({_BM25_TERM}) AS score
+    FROM weighted w CROSS JOIN LATERAL (
+        SELECT p.chunk_id, p.tf, p.doc_len
+        FROM chunk_terms p
+        WHERE p.tenant = %(tenant)s AND p.lexeme = w.lexeme
+          AND p.chunk_id = ANY(ARRAY(SELECT chunk_id FROM pool))
+    ) AS p
+    GROUP BY p.chunk_id
+)"""
+
+# Impact-ordered (past the exhaustive budget, unscoped): each lexeme contributes its
+# highest-impact postings up to its share of the read budget (rare lexemes are read
+# whole, common ones split the rest), the best partial sums are re-scored exactly
+# over all lexemes, and identifier and phrase matches are always re-scored. Like an
+# HNSW scan this is approximate: a chunk whose only matches are low-impact postings
+# of common lexemes can be missed (recall against the exhaustive scorer is measured
+# in bench/scale.py).
+_POOL_PRUNED = f"""
+seed AS MATERIALIZED (
+    SELECT p.chunk_id
+    FROM weighted w CROSS JOIN LATERAL (
+        SELECT p.chunk_id, p.tf, p.doc_len
+        FROM chunk_terms p
+        WHERE p.tenant = %(tenant)s AND p.lexeme = w.lexeme AND {{posting_filters}}
+        ORDER BY {IMPACT} DESC
+        LIMIT w.quota
+    ) AS p
+    GROUP BY p.chunk_id
+    ORDER BY sum({_BM25_TERM}) DESC, p.chunk_id
+    LIMIT %(rescore)s
 ),
-exact AS (
+pool AS (
+    SELECT chunk_id FROM seed
+    UNION SELECT chunk_id FROM exact
+    UNION SELECT chunk_id FROM phrased
+),"""
+
+# A document scope past the exhaustive budget: the scope's own chunks, scored exactly.
+_POOL_SCOPED = """
+pool AS (SELECT c.id AS chunk_id FROM chunks c WHERE {filters}),"""
+
+_LEXICAL = """
+WITH weighted AS (
+    SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[], %(quotas)s::int[])
+        AS w(lexeme, idf, quota)
+),
+exact AS MATERIALIZED (
     SELECT c.id AS chunk_id,
            cardinality(ARRAY(SELECT unnest(c.identifiers)
                              INTERSECT SELECT unnest(%(identifiers)s::text[]))) AS hits
@@ -72,22 +131,36 @@ exact AS (
     WHERE cardinality(%(identifiers)s::text[]) > 0
       AND c.identifiers && %(identifiers)s::text[] AND {filters}
 ),
-phrased AS (  -- chunks containing every quoted phrase of the query rank first
+phrased AS MATERIALIZED (  -- chunks containing every quoted phrase rank first
     SELECT c.id AS chunk_id
     FROM chunks c
     WHERE %(phrases)s::text IS NOT NULL
       AND c.tsv_prose @@ websearch_to_tsquery('english'::regconfig, %(phrases)s)
       AND {filters}
-)
+),
+POOL_AND_BM25
 SELECT coalesce(b.chunk_id, e.chunk_id) AS chunk_id,
        coalesce(e.hits, 0) AS identifier_hits,
        coalesce(b.score, 0) AS score
 FROM bm25 b FULL OUTER JOIN exact e ON e.chunk_id = b.chunk_id
 LEFT JOIN phrased ph ON ph.chunk_id = coalesce(b.chunk_id, e.chunk_id)
-ORDER BY identifier_hits DESC, (ph.chunk_id IS NOT NULL) DESC, score DESC, chunk_id
+-- Scores equal to 1e-9 are ties (sums taken in another order differ in the last
+-- bits), broken by chunk id, so every mode ranks a tie the same way.
+ORDER BY identifier_hits DESC, (ph.chunk_id IS NOT NULL) DESC,
+         round(coalesce(b.score, 0) * 1e9) DESC, chunk_id
 LIMIT %(depth)s
 """
-)
+
+LEXICAL_MODES = ("exhaustive", "impact", "scoped")
+LEXICAL_BM25 = {
+    "exhaustive": sql.SQL(_LEXICAL.replace("POOL_AND_BM25", _BM25_EXHAUSTIVE.lstrip())),
+    "impact": sql.SQL(
+        _LEXICAL.replace("POOL_AND_BM25", _POOL_PRUNED.lstrip() + _BM25_OF_POOL)
+    ),
+    "scoped": sql.SQL(
+        _LEXICAL.replace("POOL_AND_BM25", _POOL_SCOPED.lstrip() + _BM25_OF_POOL)
+    ),
+}
 
 # --- dense channel: pgvector cosine distance over the HNSW index --------------------
 # Ordered by distance alone so the HNSW index is usable; ties are broken by chunk id

@@ -115,6 +115,38 @@ class AccessScope:
         }
 
 
+# The lexical channel's cost bounds (issue 3, bench/scale.py). A query whose lexemes
+# have at most this many postings in the tenant is scored exhaustively (exact); every
+# query of the four evaluation sets is (SciFact's largest touches 16k).
+LEXICAL_EXHAUSTIVE_POSTINGS = 20_000
+# Past it, an unscoped query reads at most about this many postings, strongest first.
+LEXICAL_READ_BUDGET = 8_000
+# Candidates re-scored exactly over all lexemes: max(this, twice the depth).
+LEXICAL_RESCORE_MIN = 200
+
+
+def posting_quotas(
+    document_frequencies: Sequence[int], budget: int, floor: int = 1
+) -> list[int]:
+    """Share a read budget among lexemes by water-filling, rarest first.
+
+    A lexeme rarer than its fair share is read whole and leaves the rest of its
+    share to the others; the common lexemes split what remains equally. Every
+    lexeme gets at least ``floor`` postings (the depth asked for), so one lexeme
+    alone can fill the page and each one can still contribute.
+    """
+    order = sorted(
+        range(len(document_frequencies)), key=document_frequencies.__getitem__
+    )
+    quotas = [0] * len(document_frequencies)
+    left = max(budget, 0)
+    for position, index in enumerate(order):
+        share = max(floor, 1, left // (len(order) - position))
+        quotas[index] = share
+        left = max(left - min(share, document_frequencies[index]), 0)
+    return quotas
+
+
 class Store:
     """PostgreSQL + pgvector storage for documents, chunks, postings and the graph."""
 
@@ -533,6 +565,23 @@ class Store:
             ):
                 conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
+    def vacuum_analyze(self, tables: Sequence[str] = ("chunks", "chunk_terms")) -> None:
+        """VACUUM (ANALYZE) the tables a bulk load filled.
+
+        This sets the visibility map, so postings are read from the index alone
+        instead of visiting the heap row by row. Autovacuum does this eventually
+        on a running server; a benchmark or a one-off bulk load calls it directly.
+        """
+        with self.connection() as conn:
+            conn.autocommit = True
+            try:
+                for table in tables:
+                    conn.execute(
+                        sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table))
+                    )
+            finally:
+                conn.autocommit = False
+
     def document_ids_under(
         self, source_uri_prefix: str, tenant: str
     ) -> list[tuple[str, str]]:
@@ -659,28 +708,52 @@ class Store:
         k1: float,
         b: float,
         phrases: str | None = None,
+        exhaustive_postings: int | None = LEXICAL_EXHAUSTIVE_POSTINGS,
+        read_budget: int = LEXICAL_READ_BUDGET,
+        stats: dict[str, Any] | None = None,
     ) -> list[tuple[str, float, int]]:
-        """BM25 over postings, OR semantics: (chunk id, score, identifier hits)."""
-        statement = q.LEXICAL_BM25.format(
-            filters=scope.filters("c"), posting_filters=scope.filters("p")
-        )
+        """BM25 over postings, OR semantics: (chunk id, score, identifier hits).
+
+        While the query's lexemes have at most ``exhaustive_postings`` postings in
+        the tenant, every one is scored (exact). Past that, a document scope scores
+        just its own chunks (exact), and an unscoped query reads each lexeme's
+        strongest postings within ``read_budget`` from the impact-ordered index and
+        re-scores the best candidates exactly (approximate, bounded cost).
+        ``exhaustive_postings=None`` always scores exhaustively. ``stats``, when
+        given, receives the mode and the postings the query touches.
+        """
         with self.connection() as conn:
             weights = conn.execute(
                 q.QUERY_TERM_WEIGHTS, {"query": query, "tenant": scope.tenant}
             ).fetchall()
             if not weights and not identifiers:
+                if stats is not None:
+                    stats.update(mode="exhaustive", postings=0)
                 return []
+            postings = sum(int(w[3]) for w in weights)
+            mode = "exhaustive"
+            if exhaustive_postings is not None and postings > exhaustive_postings:
+                mode = "scoped" if scope.doc_keys is not None else "impact"
             params = scope.params() | {
                 "lexemes": [w[0] for w in weights],
                 "idfs": [float(w[1]) for w in weights],
+                "quotas": posting_quotas(
+                    [int(w[3]) for w in weights], read_budget, floor=depth
+                ),
                 "avgdl": float(weights[0][2]) if weights else 1.0,
                 "identifiers": list(identifiers),
                 "phrases": phrases,
                 "depth": depth,
+                "rescore": max(2 * depth, LEXICAL_RESCORE_MIN),
                 "k1": k1,
                 "b": b,
             }
+            statement = q.LEXICAL_BM25[mode].format(
+                filters=scope.filters("c"), posting_filters=scope.filters("p")
+            )
             rows = conn.execute(statement, params).fetchall()
+        if stats is not None:
+            stats.update(mode=mode, postings=postings)
         return [(r[0], float(r[2]), int(r[1])) for r in rows]
 
     def search_dense(
