@@ -25,7 +25,7 @@ The database keeps what was loaded, so a run at a size already reached measures
 without loading; levels measured in earlier runs stay in the results, each with the
 date it was measured.
 
-    python bench/scale.py [--sizes 5000 50000 250000]
+    python bench/scale.py [--sizes 5000 50000 250000] [--home DIR]
 """
 
 from __future__ import annotations
@@ -114,6 +114,12 @@ def _quality(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[5000, 50000, 250000])
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=SCALE_HOME,
+        help="data directory of the scale database (kept between runs)",
+    )
     args = parser.parse_args()
     from retrieval_pipeline.eval.datasets import load_beir
     from retrieval_pipeline.ingest.chunker import extract_identifiers
@@ -152,7 +158,7 @@ def main() -> int:
         vectors.append(embedder.embed_query(text))
         embed_ms.append((time.perf_counter() - started) * 1000)
 
-    server = EmbeddedPostgres(SCALE_HOME, keep_running=True)
+    server = EmbeddedPostgres(args.home, keep_running=True)
     levels: list[dict[str, Any]] = []
     try:
         with Store(server.start()) as store:
@@ -162,7 +168,16 @@ def main() -> int:
             scope = retriever.scope(tenant=TENANT)
             have = store.counts()["chunks"]
             modes: dict[str, int] = {}  # lexical modes served, per level
+            skipped: set[int] = set()
             for size in sorted(args.sizes):
+                if size < have:
+                    # The database cannot shrink: a smaller level needs its own home.
+                    print(
+                        f"skip {size}: {args.home} already holds {have}",
+                        file=sys.stderr,
+                    )
+                    skipped.add(size)
+                    continue
                 started = time.perf_counter()
                 sources = []
                 for n in range(have, size):
@@ -263,7 +278,8 @@ def main() -> int:
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     measured = {level["chunks"] for level in levels}
     for level in previous.get("levels", []):
-        if level["chunks"] not in measured and level["chunks"] not in args.sizes:
+        wanted = set(args.sizes) - skipped
+        if level["chunks"] not in measured and level["chunks"] not in wanted:
             levels.append(level)
     levels.sort(key=lambda level: level["chunks"])
     first = levels[0]

@@ -73,30 +73,37 @@ bm25 AS (
     GROUP BY p.chunk_id
 )"""
 
-# Exact BM25 of a known set of chunks: one index probe per (lexeme, chunk) on the
-# postings' primary key, whatever the lexemes' document frequencies.
+# Exact BM25 of a known set of chunks: ``known`` is the part already summed from
+# lexemes whose postings were read whole; every other (chunk, lexeme) is one
+# primary-key probe, whatever the lexeme's document frequency. ``LIMIT 1`` (the key
+# is unique) keeps the planner from flattening the probe into a join that scans
+# whole posting lists.
 _BM25_OF_POOL = f"""
 bm25 AS (
-    SELECT p.chunk_id, sum({_BM25_TERM}) AS score
-    FROM weighted w CROSS JOIN LATERAL (
-        SELECT p.chunk_id, p.tf, p.doc_len
+    SELECT pool.chunk_id, pool.known + coalesce(sum(x.term), 0) AS score
+    FROM pool CROSS JOIN weighted w LEFT JOIN LATERAL (
+        SELECT {_BM25_TERM} AS term
         FROM chunk_terms p
-        WHERE p.tenant = %(tenant)s AND p.lexeme = w.lexeme
-          AND p.chunk_id = ANY(ARRAY(SELECT chunk_id FROM pool))
-    ) AS p
-    GROUP BY p.chunk_id
+        WHERE NOT (w.complete AND pool.seeded)
+          AND p.tenant = %(tenant)s AND p.lexeme = w.lexeme
+          AND p.chunk_id = pool.chunk_id
+        LIMIT 1
+    ) AS x ON true
+    GROUP BY pool.chunk_id, pool.known
+    HAVING pool.known > 0 OR count(x.term) > 0
 )"""
 
 # Impact-ordered (past the exhaustive budget, unscoped): each lexeme contributes its
-# highest-impact postings up to its share of the read budget (rare lexemes are read
+# highest-impact postings up to its quota of the read budget (rare lexemes are read
 # whole, common ones split the rest), the best partial sums are re-scored exactly
-# over all lexemes, and identifier and phrase matches are always re-scored. Like an
-# HNSW scan this is approximate: a chunk whose only matches are low-impact postings
-# of common lexemes can be missed (recall against the exhaustive scorer is measured
-# in bench/scale.py).
+# over the lexemes not read whole, and identifier and phrase matches are always
+# scored. Like an HNSW walk this is approximate: a chunk whose only matches are
+# low-impact postings of common lexemes can be missed (its cost in quality against
+# the exhaustive scorer is measured in bench/scale.py).
 _POOL_PRUNED = f"""
 seed AS MATERIALIZED (
-    SELECT p.chunk_id
+    SELECT p.chunk_id,
+           sum(CASE WHEN w.complete THEN {_BM25_TERM} ELSE 0 END) AS known
     FROM weighted w CROSS JOIN LATERAL (
         SELECT p.chunk_id, p.tf, p.doc_len
         FROM chunk_terms p
@@ -109,19 +116,24 @@ seed AS MATERIALIZED (
     LIMIT %(rescore)s
 ),
 pool AS (
-    SELECT chunk_id FROM seed
-    UNION SELECT chunk_id FROM exact
-    UNION SELECT chunk_id FROM phrased
+    SELECT chunk_id, known, true AS seeded FROM seed
+    UNION ALL
+    SELECT chunk_id, 0::float8, false
+    FROM (SELECT chunk_id FROM exact UNION SELECT chunk_id FROM phrased) AS matched
+    WHERE chunk_id NOT IN (SELECT chunk_id FROM seed)
 ),"""
 
 # A document scope past the exhaustive budget: the scope's own chunks, scored exactly.
 _POOL_SCOPED = """
-pool AS (SELECT c.id AS chunk_id FROM chunks c WHERE {filters}),"""
+pool AS (
+    SELECT c.id AS chunk_id, 0::float8 AS known, false AS seeded
+    FROM chunks c WHERE {filters}
+),"""
 
 _LEXICAL = """
 WITH weighted AS (
-    SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[], %(quotas)s::int[])
-        AS w(lexeme, idf, quota)
+    SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[], %(quotas)s::int[],
+                         %(completes)s::bool[]) AS w(lexeme, idf, quota, complete)
 ),
 exact AS MATERIALIZED (
     SELECT c.id AS chunk_id,

@@ -734,12 +734,18 @@ class Store:
             mode = "exhaustive"
             if exhaustive_postings is not None and postings > exhaustive_postings:
                 mode = "scoped" if scope.doc_keys is not None else "impact"
+            quotas = posting_quotas(
+                [int(w[3]) for w in weights], read_budget, floor=depth
+            )
             params = scope.params() | {
                 "lexemes": [w[0] for w in weights],
                 "idfs": [float(w[1]) for w in weights],
-                "quotas": posting_quotas(
-                    [int(w[3]) for w in weights], read_budget, floor=depth
-                ),
+                "quotas": quotas,
+                # A lexeme whose quota covers its postings is read whole by the
+                # impact-ordered read: its part of a seed's score is already exact.
+                "completes": [
+                    q >= int(w[3]) for q, w in zip(quotas, weights, strict=True)
+                ],
                 "avgdl": float(weights[0][2]) if weights else 1.0,
                 "identifiers": list(identifiers),
                 "phrases": phrases,
