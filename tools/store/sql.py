@@ -37,8 +37,11 @@ CONSTRAINT_FILTER = {
 # fetched first (a handful of rows), then passed as arrays, so the postings lookup is
 # an index range scan per lexeme whatever the planner's statistics say; postings
 # carry the chunk length, ACL and document, so scoring and filtering need no join.
-# Chunks containing an exact identifier from the query (ERR_CONN_RESET, v2.3.1,
-# getUserById) rank first: an exact token match is the strongest lexical evidence.
+# Identifiers (ERR_CONN_RESET, v2.3.1, getUserById) are a second field, matched
+# unstemmed and whole: a chunk containing one of the query's identifiers gains that
+# identifier's BM25 weight (idf over the tenant's chunks, tf 1) on top of its prose
+# score. A rare identifier therefore puts its chunks first, while a common token
+# that merely looks like one (CD4, interleukin-2) counts no more than its rarity.
 QUERY_TERM_WEIGHTS = """
 SELECT t.lexeme,
        ln(1 + (greatest(cs.chunk_count, 1) - ts.df + 0.5) / (ts.df + 0.5)) AS idf,
@@ -48,6 +51,23 @@ FROM (SELECT DISTINCT lexeme
       FROM unnest(to_tsvector('english'::regconfig, %(query)s))) AS t
 JOIN term_stats ts ON ts.tenant = %(tenant)s AND ts.lexeme = t.lexeme AND ts.df > 0
 JOIN corpus_stats cs ON cs.tenant = %(tenant)s
+"""
+
+IDENTIFIER_WEIGHTS = """
+SELECT i.token,
+       ln(1 + (greatest(cs.chunk_count, 1) - d.df + 0.5) / (d.df + 0.5)) AS idf
+FROM (SELECT DISTINCT token FROM unnest(%(identifiers)s::text[]) AS token) AS i
+CROSS JOIN LATERAL (
+    SELECT count(*) AS df FROM chunks c
+    WHERE c.tenant = %(tenant)s AND c.identifiers @> ARRAY[i.token]
+) AS d
+JOIN corpus_stats cs ON cs.tenant = %(tenant)s
+WHERE d.df > 0
+"""
+
+AVERAGE_LENGTH = """
+SELECT greatest(total_length, 1)::float8 / greatest(chunk_count, 1)
+FROM corpus_stats WHERE tenant = %(tenant)s
 """
 
 # A posting's BM25 term-frequency factor at the default k1 = 0.9, b = 0.4 and a
@@ -135,13 +155,17 @@ WITH weighted AS (
     SELECT * FROM unnest(%(lexemes)s::text[], %(idfs)s::float8[], %(quotas)s::int[],
                          %(completes)s::bool[]) AS w(lexeme, idf, quota, complete)
 ),
-exact AS MATERIALIZED (
-    SELECT c.id AS chunk_id,
-           cardinality(ARRAY(SELECT unnest(c.identifiers)
-                             INTERSECT SELECT unnest(%(identifiers)s::text[]))) AS hits
+exact AS MATERIALIZED (  -- the identifier field: whole, unstemmed tokens
+    SELECT c.id AS chunk_id, count(*) AS hits,
+           sum(i.idf) * (%(k1)s + 1)
+               / (1 + %(k1)s * (1 - %(b)s + %(b)s * c.lexeme_count / %(avgdl)s))
+               AS score
     FROM chunks c
+    JOIN unnest(%(identifiers)s::text[], %(identifier_idfs)s::float8[])
+        AS i(token, idf) ON c.identifiers @> ARRAY[i.token]
     WHERE cardinality(%(identifiers)s::text[]) > 0
       AND c.identifiers && %(identifiers)s::text[] AND {filters}
+    GROUP BY c.id, c.lexeme_count
 ),
 phrased AS MATERIALIZED (  -- chunks containing every quoted phrase rank first
     SELECT c.id AS chunk_id
@@ -153,13 +177,14 @@ phrased AS MATERIALIZED (  -- chunks containing every quoted phrase rank first
 POOL_AND_BM25
 SELECT coalesce(b.chunk_id, e.chunk_id) AS chunk_id,
        coalesce(e.hits, 0) AS identifier_hits,
-       coalesce(b.score, 0) AS score
+       coalesce(b.score, 0) + coalesce(e.score, 0) AS score
 FROM bm25 b FULL OUTER JOIN exact e ON e.chunk_id = b.chunk_id
 LEFT JOIN phrased ph ON ph.chunk_id = coalesce(b.chunk_id, e.chunk_id)
--- Scores equal to 1e-9 are ties (sums taken in another order differ in the last
--- bits), broken by chunk id, so every mode ranks a tie the same way.
-ORDER BY identifier_hits DESC, (ph.chunk_id IS NOT NULL) DESC,
-         round(coalesce(b.score, 0) * 1e9) DESC, chunk_id
+-- Quoted phrases are the caller's explicit syntax: their chunks come first. Scores
+-- equal to 1e-9 are ties (sums taken in another order differ in the last bits),
+-- broken by chunk id, so every mode ranks a tie the same way.
+ORDER BY (ph.chunk_id IS NOT NULL) DESC,
+         round((coalesce(b.score, 0) + coalesce(e.score, 0)) * 1e9) DESC, chunk_id
 LIMIT %(depth)s
 """
 

@@ -726,7 +726,15 @@ class Store:
             weights = conn.execute(
                 q.QUERY_TERM_WEIGHTS, {"query": query, "tenant": scope.tenant}
             ).fetchall()
-            if not weights and not identifiers:
+            identifier_weights = (
+                conn.execute(
+                    q.IDENTIFIER_WEIGHTS,
+                    {"identifiers": list(identifiers), "tenant": scope.tenant},
+                ).fetchall()
+                if identifiers
+                else []
+            )
+            if not weights and not identifier_weights:
                 if stats is not None:
                     stats.update(mode="exhaustive", postings=0)
                 return []
@@ -746,8 +754,9 @@ class Store:
                 "completes": [
                     q >= int(w[3]) for q, w in zip(quotas, weights, strict=True)
                 ],
-                "avgdl": float(weights[0][2]) if weights else 1.0,
-                "identifiers": list(identifiers),
+                "avgdl": self._average_length(conn, scope.tenant, weights),
+                "identifiers": [w[0] for w in identifier_weights],
+                "identifier_idfs": [float(w[1]) for w in identifier_weights],
                 "phrases": phrases,
                 "depth": depth,
                 "rescore": max(2 * depth, LEXICAL_RESCORE_MIN),
@@ -761,6 +770,15 @@ class Store:
         if stats is not None:
             stats.update(mode=mode, postings=postings)
         return [(r[0], float(r[2]), int(r[1])) for r in rows]
+
+    @staticmethod
+    def _average_length(
+        conn: psycopg.Connection[Any], tenant: str, weights: Sequence[Any]
+    ) -> float:
+        if weights:
+            return float(weights[0][2])
+        row = conn.execute(q.AVERAGE_LENGTH, {"tenant": tenant}).fetchone()
+        return float(row[0]) if row else 1.0
 
     def search_dense(
         self,
