@@ -131,6 +131,34 @@ class TestLexicalChannel:
             top = retriever.store.fetch_chunks([lexical[0][0]], scope)[lexical[0][0]]
             assert token in top["content"], query
 
+    def test_a_common_identifier_like_token_does_not_outrank_the_text(
+        self, ingestor: Ingestor, retriever: Retriever, tmp_path: Path
+    ) -> None:
+        records = [
+            {"_id": f"cd4-{i}", "text": f"CD4 counts were measured in cohort {i}."}
+            for i in range(12)
+        ] + [
+            {
+                "_id": "tb",
+                "text": "Antiretroviral therapy reduces tuberculosis rates in adults.",
+            },
+            {"_id": "rare", "text": "The locus rs647161 is near the APC gene."},
+        ]
+        write_jsonl(tmp_path / "c.jsonl", records)
+        ingestor.ingest_paths([tmp_path])
+        scope = retriever.scope()
+
+        def top(query: str) -> str:
+            lexical = retriever.channels(query, scope)["lexical"]
+            rows = retriever.store.fetch_chunks([lexical[0][0]], scope)
+            return str(rows[lexical[0][0]]["source_id"])
+
+        # CD4 is in 12 of 14 chunks: its identifier match weighs little, and the
+        # chunk matching the query's rare words ranks first.
+        assert top("antiretroviral therapy tuberculosis rates CD4") == "tb"
+        # A rare identifier still puts its chunk first over common words.
+        assert top("cohort measured counts rs647161") == "rare"
+
     def test_a_missing_word_never_empties_the_result(
         self, ingestor: Ingestor, retriever: Retriever, sample_corpus: Path
     ) -> None:
