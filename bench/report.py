@@ -135,7 +135,14 @@ def _latency_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     lines = [
         "## Retrieval latency (`bench/latency.py`)",
         "",
-        f"SciFact ({result['chunks']} chunks), {result['queries']} queries x "
+        f"SciFact ({result['chunks']} chunks"
+        + (
+            f", in a database of {result['database_chunks']} chunks whose four "
+            "evaluation tenants share one HNSW graph"
+            if result.get("database_chunks", result["chunks"]) != result["chunks"]
+            else ""
+        )
+        + f"), {result['queries']} queries x "
         f"{result['rounds']} rounds, warm, single client, embedded PostgreSQL on the same "
         f"2-core machine; query embedding excluded from the retrieval timings and shown "
         f"separately; measured {result['date']}.",
