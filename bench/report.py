@@ -356,8 +356,13 @@ def _scale_section(result: dict) -> list[str]:  # type: ignore[type-arg]
         load = lv.get("load_seconds")
         cells = [
             cell(lv, k)
-            for k in ("lexical", "lexical_exhaustive", "dense", "hybrid")
-            + ("hybrid_exhaustive",)
+            for k in (
+                "lexical",
+                "lexical_exhaustive",
+                "dense",
+                "hybrid",
+                "hybrid_exhaustive",
+            )
         ]
         lines.append(
             f"| {lv['chunks']:,} | {lv.get('measured', '?')}"

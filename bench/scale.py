@@ -179,6 +179,7 @@ def main() -> int:
                     skipped.add(size)
                     continue
                 started = time.perf_counter()
+                loaded = have < size
                 sources = []
                 for n in range(have, size):
                     replica, index = divmod(n, len(base))
@@ -205,7 +206,6 @@ def main() -> int:
                         ingestor.ingest_documents(sources)
                         sources = []
                         print(f"  {n + 1} chunks", file=sys.stderr)
-                loaded = bool(sources) or have < size
                 if sources:
                     ingestor.ingest_documents(sources)
                 store.vacuum_analyze()
@@ -277,8 +277,8 @@ def main() -> int:
         server.stop()
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     measured = {level["chunks"] for level in levels}
+    wanted = set(args.sizes) - skipped
     for level in previous.get("levels", []):
-        wanted = set(args.sizes) - skipped
         if level["chunks"] not in measured and level["chunks"] not in wanted:
             levels.append(level)
     levels.sort(key=lambda level: level["chunks"])

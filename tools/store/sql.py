@@ -34,7 +34,8 @@ CONSTRAINT_FILTER = {
 # Okapi BM25 (Robertson & Zaragoza 2009) with Lucene's non-negative idf
 # ln(1 + (N - df + 0.5) / (df + 0.5)). Candidates are an OR over the query's lexemes,
 # so one absent word never empties the result. The query's lexemes and their idf are
-# fetched first (a handful of rows), then passed as arrays, so the postings lookup is
+# fetched first (a handful of rows, in one statement with the identifiers' weights),
+# then passed as arrays, so the postings lookup is
 # an index range scan per lexeme whatever the planner's statistics say; postings
 # carry the chunk length, ACL and document, so scoring and filtering need no join.
 # Identifiers (ERR_CONN_RESET, v2.3.1, getUserById) are a second field, matched
@@ -42,20 +43,20 @@ CONSTRAINT_FILTER = {
 # identifier's BM25 weight (idf over the tenant's chunks, tf 1) on top of its prose
 # score. A rare identifier therefore puts its chunks first, while a common token
 # that merely looks like one (CD4, interleukin-2) counts no more than its rarity.
-QUERY_TERM_WEIGHTS = """
-SELECT t.lexeme,
+QUERY_WEIGHTS = """
+SELECT 'prose' AS field, t.lexeme AS token,
        ln(1 + (greatest(cs.chunk_count, 1) - ts.df + 0.5) / (ts.df + 0.5)) AS idf,
-       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl,
-       ts.df
+       ts.df,
+       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl
 FROM (SELECT DISTINCT lexeme
       FROM unnest(to_tsvector('english'::regconfig, %(query)s))) AS t
 JOIN term_stats ts ON ts.tenant = %(tenant)s AND ts.lexeme = t.lexeme AND ts.df > 0
 JOIN corpus_stats cs ON cs.tenant = %(tenant)s
-"""
-
-IDENTIFIER_WEIGHTS = """
-SELECT i.token,
-       ln(1 + (greatest(cs.chunk_count, 1) - d.df + 0.5) / (d.df + 0.5)) AS idf
+UNION ALL
+SELECT 'identifier', i.token,
+       ln(1 + (greatest(cs.chunk_count, 1) - d.df + 0.5) / (d.df + 0.5)),
+       d.df,
+       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1)
 FROM (SELECT DISTINCT token FROM unnest(%(identifiers)s::text[]) AS token) AS i
 CROSS JOIN LATERAL (
     SELECT count(*) AS df FROM chunks c
@@ -63,11 +64,6 @@ CROSS JOIN LATERAL (
 ) AS d
 JOIN corpus_stats cs ON cs.tenant = %(tenant)s
 WHERE d.df > 0
-"""
-
-AVERAGE_LENGTH = """
-SELECT greatest(total_length, 1)::float8 / greatest(chunk_count, 1)
-FROM corpus_stats WHERE tenant = %(tenant)s
 """
 
 # A posting's BM25 term-frequency factor at the default k1 = 0.9, b = 0.4 and a
@@ -188,7 +184,6 @@ ORDER BY (ph.chunk_id IS NOT NULL) DESC,
 LIMIT %(depth)s
 """
 
-LEXICAL_MODES = ("exhaustive", "impact", "scoped")
 LEXICAL_BM25 = {
     "exhaustive": sql.SQL(_LEXICAL.replace("POOL_AND_BM25", _BM25_EXHAUSTIVE.lstrip())),
     "impact": sql.SQL(

@@ -723,28 +723,26 @@ class Store:
         given, receives the mode and the postings the query touches.
         """
         with self.connection() as conn:
-            weights = conn.execute(
-                q.QUERY_TERM_WEIGHTS, {"query": query, "tenant": scope.tenant}
+            terms = conn.execute(
+                q.QUERY_WEIGHTS,
+                {
+                    "query": query,
+                    "identifiers": list(identifiers),
+                    "tenant": scope.tenant,
+                },
             ).fetchall()
-            identifier_weights = (
-                conn.execute(
-                    q.IDENTIFIER_WEIGHTS,
-                    {"identifiers": list(identifiers), "tenant": scope.tenant},
-                ).fetchall()
-                if identifiers
-                else []
-            )
-            if not weights and not identifier_weights:
+            if not terms:
                 if stats is not None:
                     stats.update(mode="exhaustive", postings=0)
                 return []
-            postings = sum(int(w[3]) for w in weights)
+            weights = [t[1:4] for t in terms if t[0] == "prose"]
+            identifier_weights = [t[1:3] for t in terms if t[0] == "identifier"]
+            frequencies = [int(w[2]) for w in weights]
+            postings = sum(frequencies)
             mode = "exhaustive"
             if exhaustive_postings is not None and postings > exhaustive_postings:
                 mode = "scoped" if scope.doc_keys is not None else "impact"
-            quotas = posting_quotas(
-                [int(w[3]) for w in weights], read_budget, floor=depth
-            )
+            quotas = posting_quotas(frequencies, read_budget, floor=depth)
             params = scope.params() | {
                 "lexemes": [w[0] for w in weights],
                 "idfs": [float(w[1]) for w in weights],
@@ -752,9 +750,9 @@ class Store:
                 # A lexeme whose quota covers its postings is read whole by the
                 # impact-ordered read: its part of a seed's score is already exact.
                 "completes": [
-                    q >= int(w[3]) for q, w in zip(quotas, weights, strict=True)
+                    q >= df for q, df in zip(quotas, frequencies, strict=True)
                 ],
-                "avgdl": self._average_length(conn, scope.tenant, weights),
+                "avgdl": float(terms[0][4]),
                 "identifiers": [w[0] for w in identifier_weights],
                 "identifier_idfs": [float(w[1]) for w in identifier_weights],
                 "phrases": phrases,
@@ -770,15 +768,6 @@ class Store:
         if stats is not None:
             stats.update(mode=mode, postings=postings)
         return [(r[0], float(r[2]), int(r[1])) for r in rows]
-
-    @staticmethod
-    def _average_length(
-        conn: psycopg.Connection[Any], tenant: str, weights: Sequence[Any]
-    ) -> float:
-        if weights:
-            return float(weights[0][2])
-        row = conn.execute(q.AVERAGE_LENGTH, {"tenant": tenant}).fetchone()
-        return float(row[0]) if row else 1.0
 
     def search_dense(
         self,
