@@ -323,24 +323,40 @@ class Ingestor:
             for index, item in enumerate(prepared)
             if _reusable(item, self.embedder.dimension)
         }
+        # A changed revision whose chunk text did not change (a touched file, a new
+        # ACL) keeps its stored vectors: chunk ids are content-addressed.
+        keys = {
+            (index, chunk.ordinal): chunk_key(
+                item.document_id, chunk.ordinal, chunk.indexed_text()
+            )
+            for index, item in enumerate(prepared)
+            if index not in reused
+            for chunk in item.chunks
+        }
+        kept = self.store.reusable_embeddings(
+            sorted(set(keys.values())), self.embedder.model, self.embedder.dimension
+        )
         texts = [
             chunk.indexed_text()
             for index, item in enumerate(prepared)
             if index not in reused
             for chunk in item.chunks
+            if keys[index, chunk.ordinal] not in kept
         ]
         embed_started = time.perf_counter()
         fresh = self.embedder.embed_documents(texts) if texts else []
         summary.embed_seconds += time.perf_counter() - embed_started
-        summary.embeddings_reused += len(reused)
+        summary.embeddings_reused += len(reused) + sum(k in kept for k in keys.values())
         vectors: list[Sequence[float]] = []
         fresh_iter = iter(fresh)
         for index, item in enumerate(prepared):
             stored = reused.get(index)
             if stored is not None:
                 vectors.append(stored)
-            else:
-                vectors.extend(next(fresh_iter) for _ in item.chunks)
+                continue
+            for chunk in item.chunks:
+                previous = kept.get(keys[index, chunk.ordinal])
+                vectors.append(previous if previous is not None else next(fresh_iter))
         if fresh and len(fresh[0]) != self.embedder.dimension:
             raise DimensionMismatchError(
                 f"the embedder '{self.embedder.model}' returned "

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -85,6 +86,41 @@ class TestRevisions:
         with store.connection() as conn:
             acl = conn.execute("SELECT acl FROM chunks").fetchone()[0]
         assert acl == ["b"]
+
+    def test_a_new_revision_embeds_only_the_chunks_whose_text_changed(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        doc = tmp_path / "doc.md"
+        body = "# Doc\n\nThe zebra paragraph.\n\n## Two\n\nThe giraffe paragraph.\n"
+        doc.write_text(body)
+        ingestor.ingest_paths([tmp_path])
+        before = _chunks_of(store, "doc.md")
+        vectors = store.chunk_embeddings([r[0] for r in before])
+        embedded: list[str] = []
+        real = ingestor.embedder.embed_documents
+        ingestor.embedder.embed_documents = lambda texts: (
+            embedded.extend(texts) or real(texts)
+        )  # type: ignore[method-assign]
+        try:
+            os.utime(doc, (1_700_000_000, 1_700_000_000))  # touched: a new revision
+            touched = ingestor.ingest_paths([tmp_path])
+            after_touch = _chunks_of(store, "doc.md")
+            touched_vectors = store.chunk_embeddings([r[0] for r in after_touch])
+            embedded_on_touch = len(embedded)
+            doc.write_text(body.replace("giraffe", "okapi"))
+            edited = ingestor.ingest_paths([tmp_path])
+        finally:
+            del ingestor.embedder.embed_documents
+        assert touched.documents == 1 and touched.embeddings_reused == 2
+        assert [r[0] for r in after_touch] == [r[0] for r in before]
+        assert after_touch[0][2] != before[0][2]  # the revision did change
+        assert touched_vectors == vectors and embedded_on_touch == 0
+        # The edit re-embeds the one chunk whose text changed, and only it.
+        assert edited.embeddings_reused == 1
+        assert len(embedded) == 1 and "okapi" in embedded[0]
+        after_edit = _chunks_of(store, "doc.md")
+        assert after_edit[0][0] == before[0][0] and after_edit[1][0] != before[1][0]
+        assert_stats_consistent(store)
 
     def test_a_crash_mid_document_leaves_the_previous_revision_intact(
         self,

@@ -843,6 +843,27 @@ class Store:
             ).fetchall()
         return {r[0]: list(parse_vector(r[1])) for r in rows}
 
+    def reusable_embeddings(
+        self, chunk_ids: Sequence[str], model: str, dimension: int
+    ) -> dict[str, tuple[float, ...]]:
+        """Stored vectors of these chunk ids made by ``model`` at ``dimension``.
+
+        Ingest-side only: a chunk id is a digest of (document, position, indexed
+        text), so a stored vector under the same id and model embedded exactly the
+        text about to be written, and a re-ingest whose revision changed for another
+        reason (a timestamp, ACL or metadata) need not embed it again.
+        """
+        if not chunk_ids:
+            return {}
+        with self.connection() as conn:
+            rows = conn.execute(
+                "SELECT id, embedding::text FROM chunks"
+                " WHERE id = ANY(%s::text[]) AND embedding_model = %s",
+                (list(chunk_ids), model),
+            ).fetchall()
+        vectors = {r[0]: parse_vector(r[1]) for r in rows}
+        return {k: v for k, v in vectors.items() if len(v) == dimension}
+
     def documents_by_source_ids(
         self, source_ids: Sequence[str], scope: AccessScope
     ) -> list[dict[str, Any]]:
