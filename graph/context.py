@@ -28,10 +28,7 @@ HNSW_EF_SEARCH = 100  # pgvector default is 40; >= channel depth so a page is co
 
 # --- graph fusion ---------------------------------------------------------------
 GRAPH_TOP_ENTITIES = 8  # spec: seeds ranked by mention count, top 8.
-# The top pool chunks whose documents seed the expansion, and the share of its scoped
-# score a graph-found chunk enters the pool with. Picked among six settings (seeds
-# 5/10/40 x weight 0.5/0.8) on the HotpotQA and MuSiQue queries themselves, so the
-# gain they buy there is an optimistic estimate (bench/pipeline.py, closing note).
+# The pool's strongest documents that seed the expansion (each with its score).
 GRAPH_SEEDS = 5
 GRAPH_MIN_HOPS = 1  # spec: a 1-2 hop neighbourhood.
 GRAPH_MAX_HOPS = 2
@@ -59,7 +56,10 @@ JUDGE_DEADLINE_S = 10.0  # the judge gets one structured call within this time.
 GRAPH_FRONTIER_CAP = 16  # entities kept per hop: bounds cost around hub nodes.
 GRAPH_DOCUMENT_CAP = 20  # documents a graph expansion may resolve to.
 GRAPH_CHUNKS = 10  # chunks the scoped retrieve over those documents may add.
-GRAPH_SCORE_WEIGHT = 0.8  # see GRAPH_SEEDS.
+# A linked passage's chain score is this times its seed's score, times half for the
+# link and half for its own relevance (tools/graph_fusion.py). 1.0: it can reach, not
+# pass, the evidence that led to it.
+GRAPH_SCORE_WEIGHT = 1.0
 # Fused scores live in [0, 1]; a boost is a share of the best possible score, large
 # enough to reorder near-ties, too small to lift an irrelevant chunk over a good one.
 SOFT_FILTER_BOOST = 0.15  # an advisory filter match (path prefix, title words).

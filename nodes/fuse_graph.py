@@ -27,15 +27,14 @@ def make_fuse_graph(
         ctx = context_of(runtime)
         scope = access_scope(resources, state)
         pool = state.get("candidate_pool", {})
-        ranked = sorted(pool.values(), key=lambda c: (-c["score"], c["chunk_id"]))
         debug: dict[str, Any] = {}
         with stage_timer(debug, "fuse_graph"):
             result = graph_fusion(
                 resources.retriever,
                 query_of(state),
-                [c["chunk_id"] for c in ranked[: ctx.graph_seeds]],
-                {c["chunk_id"]: c["score"] for c in ranked},
+                {c["chunk_id"]: c["score"] for c in pool.values()},
                 scope,
+                seeds=ctx.graph_seeds,
                 top_entities=ctx.top_entities,
                 max_hops=ctx.max_hops,
                 frontier_cap=ctx.frontier_cap,

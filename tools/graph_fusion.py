@@ -1,20 +1,32 @@
 """Graph fusion: entity-graph local search, then a retrieve scoped to what it found.
 
-Deterministic and LLM-free. The seed documents are those of the pool's chunks; the
-expansion (tools/store/graph.py) resolves to documents; a hybrid retrieve runs over
-just those documents, and the chunks it finds that the pool lacks enter the pool
-tagged ``graph_boosted``, at ``graph_score_weight`` times their scoped fused score so
-graph evidence supplements the text ranking rather than overriding it.
+Deterministic and LLM-free. The seeds are the pool's strongest documents, each with
+its retrieval score. The expansion (tools/store/graph.py) follows the entities they
+mention to linked documents, each carrying the score of the seed it was reached from
+(damped for pages that merely mention the entity, and across hops). A hybrid retrieve
+over just those documents then scores each linked passage by its own relevance to the
+question, and the passage enters the pool with the chain score
+
+    link x (LINK_SHARE + (1 - LINK_SHARE) x relevance)
+
+where relevance is its scoped fused score in [0, 1]. A second-hop passage can so
+reach, but never pass, the seed that leads to it: the bridge paragraph of a
+multi-hop question lands next to the evidence that names the bridge, while a linked
+page that says nothing about the question stays at half its seed's score.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from retrieval_pipeline.tools.retrieve import Retriever
 from retrieval_pipeline.tools.store.graph import GraphStore
 from retrieval_pipeline.tools.store.store import AccessScope
+
+LINK_SHARE = 0.5
+"""The part of a linked passage's chain score owed to the link alone; the rest is
+earned by its relevance to the question (an even split, not tuned)."""
 
 
 @dataclass
@@ -29,13 +41,28 @@ class GraphFusionResult:
     documents: int = 0
 
 
+def seed_documents(
+    pool_scores: Mapping[str, float], chunk_documents: Mapping[str, str], count: int
+) -> dict[str, float]:
+    """The ``count`` strongest documents of the pool, each with its best chunk score."""
+    seeds: dict[str, float] = {}
+    for chunk_id, score in sorted(pool_scores.items(), key=lambda kv: (-kv[1], kv[0])):
+        document = chunk_documents.get(chunk_id)
+        if document is None or document in seeds:
+            continue
+        if len(seeds) == count:
+            break
+        seeds[document] = score
+    return seeds
+
+
 def graph_fusion(
     retriever: Retriever,
     query: str,
-    seed_chunk_ids: Sequence[str],
     pool_scores: Mapping[str, float],
     scope: AccessScope,
     *,
+    seeds: int,
     top_entities: int,
     max_hops: int,
     frontier_cap: int,
@@ -44,17 +71,17 @@ def graph_fusion(
     score_weight: float,
     rrf_k: int,
 ) -> GraphFusionResult:
-    """Expand from the seeds' documents; return graph-found chunks, new or boosted.
+    """Expand from the pool's strongest documents; return linked chunks, new or boosted.
 
-    The scoped retrieve keeps its best ``chunk_cap`` chunks: those missing from the
-    pool are added; those already in it count as boosted when the graph scores them
-    higher (the pool's merge keeps the max).
+    Of the scoped retrieve's passages, the ``chunk_cap`` best by chain score are kept:
+    those missing from the pool are added; those already in it count as boosted when
+    the chain scores them higher (the pool's merge keeps the max).
     """
     result = GraphFusionResult()
-    rows = retriever.store.fetch_chunks(seed_chunk_ids, scope)
-    seed_documents = sorted({row["document_id"] for row in rows.values()})
-    expansion = GraphStore(retriever.store).expand(
-        seed_documents,
+    store = retriever.store
+    documents_of = store.chunk_documents(list(pool_scores), scope)
+    expansion = GraphStore(store).expand(
+        seed_documents(pool_scores, documents_of, seeds),
         scope,
         top_entities=top_entities,
         max_hops=max_hops,
@@ -64,23 +91,34 @@ def graph_fusion(
     result.seed_entities = len(expansion.seeds)
     result.expanded_entities = sum(len(hop) for hop in expansion.hops)
     result.documents = len(expansion.documents)
-    if not expansion.documents:
-        return result
-    allowed = [doc for doc, _ in expansion.documents]
+    links = dict(expansion.documents)
     if scope.doc_keys is not None:  # expansion stays inside a caller's scope
-        allowed = [doc for doc in allowed if doc in set(scope.doc_keys)]
-    if not allowed:
+        inside = set(scope.doc_keys)
+        links = {doc: w for doc, w in links.items() if doc in inside}
+    if not links:
         return result
-    scoped = AccessScope(scope.principals, scope.tenant, tuple(allowed))
+    # The caller's scope, narrowed to the linked documents: every other filter holds.
+    scoped = replace(scope, doc_keys=tuple(links))
     found = retriever.fused(query, scoped, depth=max(chunk_cap * 2, 20), rrf_k=rrf_k)
-    for chunk_id, score, ranks in found[:chunk_cap]:
-        item = (
-            chunk_id,
-            score * score_weight,
-            {f"graph_{c}": r for c, r in ranks.items()},
-        )
+    found_in = store.chunk_documents([chunk_id for chunk_id, _, _ in found], scoped)
+    chained = sorted(
+        (
+            (
+                chunk_id,
+                score_weight
+                * links[found_in[chunk_id]]
+                * (LINK_SHARE + (1 - LINK_SHARE) * relevance),
+                {f"graph_{c}": r for c, r in ranks.items()},
+            )
+            for chunk_id, relevance, ranks in found
+            if chunk_id in found_in
+        ),
+        key=lambda item: (-item[1], item[0]),
+    )
+    for item in chained[:chunk_cap]:
+        chunk_id, score, _ = item
         if chunk_id not in pool_scores:
             result.added.append(item)
-        elif item[1] > pool_scores[chunk_id]:
+        elif score > pool_scores[chunk_id]:
             result.boosted.append(item)
     return result

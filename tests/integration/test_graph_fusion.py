@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,9 +11,11 @@ from retrieval_pipeline.graph.builder import build_pipeline
 from retrieval_pipeline.graph.context import Context
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.ingest.job import Ingestor
+from retrieval_pipeline.tools.graph_fusion import graph_fusion
 from retrieval_pipeline.tools.retrieve import Retriever
 from retrieval_pipeline.tools.store.graph import GraphStore
 from retrieval_pipeline.tools.store.records import document_key, entity_key
+from retrieval_pipeline.tools.store.store import AccessScope
 
 WIKI = [
     # A HotpotQA-shaped miniature: the question names the film; the answer sits in the
@@ -196,3 +200,150 @@ class TestGraphFusion:
             document_cap=60,
         )
         assert len(expansion.hops[0]) == 5
+
+
+def _key(source_id: str) -> str:
+    return document_key("", source_id)
+
+
+class TestChainScores:
+    """A linked passage inherits its seed's score, scaled by its own relevance."""
+
+    def test_seed_entities_carry_the_score_of_their_strongest_seed(
+        self, retriever: Retriever, wiki: None
+    ) -> None:
+        expansion = GraphStore(retriever.store).expand(
+            {_key("film"): 0.9, _key("other"): 0.3},
+            retriever.scope(),
+            top_entities=8,
+            max_hops=1,
+            frontier_cap=16,
+            document_cap=20,
+        )
+        seeds = dict(expansion.seeds)
+        # The film page mentions Shirley Temple and Meet Corliss Archer's subject;
+        # the weaker seed's own title entity keeps the weaker score.
+        assert seeds[entity_key("", "Shirley Temple")] == pytest.approx(0.9)
+        assert seeds[entity_key("", "Kiss and Tell (1945 film)")] == pytest.approx(0.9)
+        assert seeds[entity_key("", "Meet Corliss Archer")] == pytest.approx(0.3)
+        ordered = [w for _, w in expansion.seeds]
+        assert ordered == sorted(ordered, reverse=True)
+
+    def test_an_own_page_carries_the_link_and_a_seed_that_cannot_gain_is_left_out(
+        self, retriever: Retriever, wiki: None
+    ) -> None:
+        expansion = GraphStore(retriever.store).expand(
+            {_key("film"): 0.9},
+            retriever.scope(),
+            top_entities=8,
+            max_hops=1,
+            frontier_cap=16,
+            document_cap=20,
+        )
+        documents = dict(expansion.documents)
+        assert documents[_key("actress")] == pytest.approx(0.9)  # Shirley Temple's page
+        assert _key("film") not in documents  # it would only meet its own score
+        assert all(w <= 0.9 + 1e-9 for w in documents.values())
+
+    def test_a_page_that_merely_mentions_an_entity_is_damped_by_its_degree(
+        self, ingestor: Ingestor, retriever: Retriever, tmp_path: Path
+    ) -> None:
+        records = [
+            {"_id": "seed", "title": "Seed", "text": "Seed names Alpha and Beta."},
+            {"_id": "alpha", "title": "Alpha", "text": "The alpha page."},
+            {"_id": "beta", "title": "Beta", "text": "The beta page."},
+            {"_id": "a1", "title": "A one", "text": "A one also names Alpha."},
+        ] + [
+            {"_id": f"b{i}", "title": f"B {i}", "text": f"B {i} also names Beta."}
+            for i in range(6)
+        ]
+        write_jsonl(tmp_path / "w.jsonl", records)
+        ingestor.ingest_paths([tmp_path], title_entities=True)
+        expansion = GraphStore(retriever.store).expand(
+            {_key("seed"): 0.8},
+            retriever.scope(),
+            top_entities=8,
+            max_hops=1,
+            frontier_cap=16,
+            document_cap=40,
+        )
+        documents = dict(expansion.documents)
+        assert documents[_key("alpha")] == pytest.approx(0.8)
+        # Alpha is named by three pages (its own title included), Beta by eight.
+        assert documents[_key("a1")] == pytest.approx(0.8 / math.log2(1 + 3))
+        assert documents[_key("b0")] == pytest.approx(0.8 / math.log2(1 + 8))
+
+    def test_a_linked_passage_reaches_but_never_passes_its_seed(
+        self, retriever: Retriever, wiki: None
+    ) -> None:
+        pool = {
+            chunk_id: score
+            for chunk_id, score, _ in retriever.fused(
+                QUESTION, retriever.scope(), depth=20
+            )[:2]
+        }
+        result = graph_fusion(
+            retriever,
+            QUESTION,
+            pool,
+            retriever.scope(),
+            seeds=1,
+            top_entities=8,
+            max_hops=2,
+            frontier_cap=16,
+            document_cap=20,
+            chunk_cap=10,
+            score_weight=1.0,
+            rrf_k=60,
+        )
+        best = max(pool.values())
+        documents = retriever.store.chunk_documents(
+            [c for c, _, _ in result.added], retriever.scope()
+        )
+        added = {documents[c]: s for c, s, _ in result.added}
+        assert _key("actress") in added
+        # Half the seed's score for the link, up to half more for relevance.
+        assert 0.5 * best - 1e-9 <= added[_key("actress")] <= best + 1e-9
+        assert all(s <= best + 1e-9 for _, s, _ in result.added + result.boosted)
+        ranks = [r for _, _, r in result.added]
+        assert all(key.startswith("graph_") for r in ranks for key in r)
+
+    def test_the_scoped_retrieve_keeps_every_filter_of_the_callers_scope(
+        self, ingestor: Ingestor, retriever: Retriever, tmp_path: Path
+    ) -> None:
+        records = [dict(r) for r in WIKI]
+        for record in records:
+            lang = "fr" if record["_id"] == "actress" else "en"
+            record["metadata"] = {"lang": lang}
+        write_jsonl(tmp_path / "wiki.jsonl", records)
+        ingestor.ingest_paths([tmp_path], title_entities=True)
+        pool = {
+            chunk_id: score
+            for chunk_id, score, _ in retriever.fused(
+                QUESTION, retriever.scope(), depth=5
+            )[:2]
+        }
+
+        def fuse(scope: AccessScope) -> set[str]:
+            result = graph_fusion(
+                retriever,
+                QUESTION,
+                pool,
+                scope,
+                seeds=2,
+                top_entities=8,
+                max_hops=2,
+                frontier_cap=16,
+                document_cap=20,
+                chunk_cap=10,
+                score_weight=1.0,
+                rrf_k=60,
+            )
+            ids = [c for c, _, _ in result.added]
+            return set(retriever.store.chunk_documents(ids, retriever.scope()).values())
+
+        assert _key("actress") in fuse(retriever.scope())
+        # The graph links the film to the actress, but an English-only caller
+        # must not get her French page back.
+        english = replace(retriever.scope(), metadata=('{"lang": "en"}',))
+        assert _key("actress") not in fuse(english)

@@ -1,13 +1,15 @@
 """Entity-graph local search in SQL (GraphRAG-style), scoped by access control.
 
-1. Seed entities: those mentioned in the seed chunks' documents, rolled up to their
-   canonical entity, served lifecycle only, ranked by mention count (top 8).
+1. Seed entities: those mentioned in the seed documents, rolled up to their canonical
+   entity, served lifecycle only. Each carries the retrieval score of the strongest
+   seed that mentions it; the top 8 by that score, then by mention count, are kept.
 2. Frontier expansion, 1-2 hops, over two kinds of edge: typed relations, and "the
    home document of A mentions B" (how a wiki page links its neighbours). A
    neighbour's weight is damped by the inverse log of its degree, so hubs cannot
    dominate, and each hop keeps at most ``frontier_cap`` entities, which bounds cost.
-3. Resolution: entities to documents (their home document, then documents that
-   mention them), strongest first.
+3. Resolution: entities to documents. An entity's own page (home document) carries
+   the entity's weight; a page that mentions it, that weight over log2(1 + the
+   number of pages mentioning it). A seed that would gain nothing is left out.
 
 Every edge, mention and document is filtered by the caller's tenant, principals and
 document scope inside the SQL: evidence from documents the caller cannot see neither
@@ -21,7 +23,7 @@ attests it (a title or explicit mention, or a relation); see ``_attested``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from psycopg import sql
@@ -55,16 +57,22 @@ def _attested(entity: str) -> sql.Composable:
 
 SEED_ENTITIES = sql.SQL(
     """
-SELECT coalesce(e.canonical_id, e.id) AS entity_id, sum(m.count)::float8 AS mentions
+WITH seeds AS (
+    SELECT * FROM unnest(%(seed_docs)s::text[], %(seed_scores)s::float8[])
+        AS s(document_id, score)
+)
+SELECT coalesce(e.canonical_id, e.id) AS entity_id, max(s.score) AS weight,
+       sum(m.count)::float8 AS mentions
 FROM mentions m
+JOIN seeds s ON s.document_id = m.document_id
 JOIN documents d ON d.id = m.document_id
 JOIN entities e ON e.id = m.entity_id
 LEFT JOIN entities c ON c.id = e.canonical_id
-WHERE m.document_id = ANY(%(seed_docs)s::text[]) AND {doc_filter}
+WHERE {doc_filter}
   AND e.lifecycle = 'served' AND coalesce(c.lifecycle, 'served') = 'served'
   AND (m.origin <> 'extracted' OR {attested_e})
 GROUP BY 1
-ORDER BY mentions DESC, entity_id
+ORDER BY weight DESC, mentions DESC, entity_id
 LIMIT %(top)s
 """
 )
@@ -137,26 +145,46 @@ ENTITY_DOCUMENTS = sql.SQL(
 WITH weighted AS (
     SELECT * FROM unnest(%(ids)s::text[], %(weights)s::float8[]) AS w(entity_id, weight)
 ),
+seeds AS (
+    SELECT * FROM unnest(%(seed_docs)s::text[], %(seed_scores)s::float8[])
+        AS s(document_id, score)
+),
 members AS (  -- the entities, and those of their aliases the caller may follow
     SELECT e.id, coalesce(e.canonical_id, e.id) AS canonical, e.home_document_id
     FROM entities e
     WHERE e.id = ANY(%(ids)s::text[])
        OR (e.canonical_id = ANY(%(ids)s::text[]) AND {attested_e})
 ),
-evidence AS (
+mentioning AS (  -- visible documents mentioning each entity (through any alias)
+    SELECT m.canonical, mn.document_id
+    FROM members m
+    JOIN mentions mn ON mn.entity_id = m.id
+    JOIN documents d ON d.id = mn.document_id
+    WHERE {doc_filter}
+    GROUP BY 1, 2
+),
+degree AS (
+    SELECT canonical, count(*) AS n FROM mentioning GROUP BY canonical
+),
+evidence AS (  -- an entity's own page carries its weight; a page that mentions it,
+               -- the weight damped by the inverse log of the entity's degree
     SELECT m.home_document_id AS document_id, w.weight AS score
     FROM members m JOIN weighted w ON w.entity_id = m.canonical
     WHERE m.home_document_id IS NOT NULL
     UNION ALL
-    SELECT mn.document_id, w.weight * 0.5
-    FROM members m
-    JOIN weighted w ON w.entity_id = m.canonical
-    JOIN mentions mn ON mn.entity_id = m.id
+    SELECT mg.document_id, w.weight / log(2.0, 1 + g.n::numeric)::float8
+    FROM mentioning mg
+    JOIN degree g ON g.canonical = mg.canonical
+    JOIN weighted w ON w.entity_id = mg.canonical
 )
 SELECT e.document_id, max(e.score) AS score
-FROM evidence e JOIN documents d ON d.id = e.document_id
+FROM evidence e
+JOIN documents d ON d.id = e.document_id
+LEFT JOIN seeds s ON s.document_id = e.document_id
 WHERE {doc_filter}
 GROUP BY e.document_id
+-- A seed whose own score is at least the link's cannot gain from it: leave it out.
+HAVING max(e.score) > coalesce(max(s.score), 0)
 ORDER BY score DESC, e.document_id
 LIMIT %(cap)s
 """
@@ -180,7 +208,12 @@ WHERE m.document_id = ANY(%(docs)s::text[]) AND {doc_filter}
 
 @dataclass(frozen=True)
 class GraphExpansion:
-    """What graph fusion found: weighted entities per hop and resolved documents."""
+    """What graph fusion found: weighted entities per hop and resolved documents.
+
+    Weights are in the seeds' score units: a seed entity carries the score of the
+    strongest seed document that mentions it, and a resolved document the weight of
+    its strongest link (so a linked passage can inherit at most its seed's score).
+    """
 
     seeds: list[tuple[str, float]]
     hops: list[list[tuple[str, float]]]
@@ -201,7 +234,7 @@ class GraphStore:
 
     def expand(
         self,
-        seed_documents: Sequence[str],
+        seed_documents: Sequence[str] | Mapping[str, float],
         scope: AccessScope,
         *,
         top_entities: int,
@@ -209,9 +242,22 @@ class GraphStore:
         frontier_cap: int,
         document_cap: int,
     ) -> GraphExpansion:
-        """Run the three steps for seed documents (internal ids) under a scope."""
-        if not seed_documents:
+        """Run the three steps for seed documents (internal ids) under a scope.
+
+        ``seed_documents`` maps each seed to its retrieval score; a plain sequence
+        gives every seed the score 1.
+        """
+        seeds_by_doc = (
+            dict(seed_documents)
+            if isinstance(seed_documents, Mapping)
+            else dict.fromkeys(seed_documents, 1.0)
+        )
+        if not seeds_by_doc:
             return GraphExpansion([], [], [])
+        seed_params = {
+            "seed_docs": list(seeds_by_doc),
+            "seed_scores": [float(v) for v in seeds_by_doc.values()],
+        }
         doc_filter = self._filter(scope)
         params = scope.params()
         with self.store.connection() as conn:
@@ -221,13 +267,12 @@ class GraphStore:
                     SEED_ENTITIES.format(
                         doc_filter=doc_filter, attested_e=_attested("e.id")
                     ),
-                    params | {"seed_docs": list(seed_documents), "top": top_entities},
+                    params | seed_params | {"top": top_entities},
                 ).fetchall()
             ]
             if not seeds:
                 return GraphExpansion([], [], [])
-            top = max(w for _, w in seeds)
-            frontier = [(entity, weight / top) for entity, weight in seeds]
+            frontier = list(seeds)
             reached: dict[str, float] = dict(frontier)
             hops: list[list[tuple[str, float]]] = []
             statement = NEIGHBOURS.format(
@@ -258,6 +303,7 @@ class GraphStore:
                         doc_filter=doc_filter, attested_e=_attested("e.id")
                     ),
                     params
+                    | seed_params
                     | {
                         "ids": [e for e, _ in ordered],
                         "weights": [w for _, w in ordered],

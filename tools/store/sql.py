@@ -235,6 +235,11 @@ WHERE c.id = ANY(%(chunk_ids)s::text[]) AND {filters}
 """
 )
 
+CHUNK_DOCUMENTS = sql.SQL(
+    "SELECT c.id, c.document_id FROM chunks c"
+    " WHERE c.id = ANY(%(chunk_ids)s::text[]) AND {filters}"
+)
+
 # --- ingestion ----------------------------------------------------------------------
 DOCUMENT_REVISIONS = """
 SELECT id, revision, embedding_model FROM documents WHERE id = ANY(%s::text[])

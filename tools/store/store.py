@@ -889,6 +889,17 @@ class Store:
             rows = cur.execute(statement, params).fetchall()
         return {row["id"]: row for row in rows}
 
+    def chunk_documents(
+        self, chunk_ids: Sequence[str], scope: AccessScope
+    ) -> dict[str, str]:
+        """Internal document id by chunk id, for the chunks the scope may see."""
+        if not chunk_ids:
+            return {}
+        statement = q.CHUNK_DOCUMENTS.format(filters=scope.filters())
+        params = scope.params() | {"chunk_ids": list(chunk_ids)}
+        with self.connection() as conn:
+            return dict(conn.execute(statement, params).fetchall())
+
 
 def parse_vector(text: str) -> tuple[float, ...]:
     """A pgvector value in its text form (``[0.1,0.2]``) as floats."""
