@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import write_jsonl
@@ -65,6 +66,33 @@ def run(retriever: Retriever, question: str, **context: object) -> dict:  # type
     )
 
 
+def expand(retriever: Retriever, seeds: Any, **settings: Any) -> Any:
+    """GraphStore.expand with the spec's defaults (scope: the default caller's)."""
+    scope = settings.pop("scope", None) or retriever.scope()
+    defaults = {"top_entities": 8, "max_hops": 2, "frontier_cap": 16}
+    return GraphStore(retriever.store).expand(
+        seeds, scope, **(defaults | {"document_cap": 20} | settings)
+    )
+
+
+def fuse(retriever: Retriever, pool: dict[str, float], scope: Any, seeds: int) -> Any:
+    """graph_fusion for QUESTION with the spec's defaults and a chain weight of 1."""
+    return graph_fusion(
+        retriever,
+        QUESTION,
+        pool,
+        scope,
+        seeds=seeds,
+        top_entities=8,
+        max_hops=2,
+        frontier_cap=16,
+        document_cap=20,
+        chunk_cap=10,
+        score_weight=1.0,
+        rrf_k=60,
+    )
+
+
 class TestGraphFusion:
     def test_a_second_hop_paragraph_text_search_missed_is_added_and_tagged(
         self, retriever: Retriever, wiki: None
@@ -95,14 +123,7 @@ class TestGraphFusion:
         public = run(retriever, QUESTION, candidate_pool=2)
         assert "actress" not in [c["document_id"] for c in public["chunks"]]
         scope = retriever.scope(principals=[])
-        expansion = GraphStore(retriever.store).expand(
-            [document_key("", "film")],
-            scope,
-            top_entities=8,
-            max_hops=2,
-            frontier_cap=16,
-            document_cap=20,
-        )
+        expansion = expand(retriever, [document_key("", "film")], scope=scope)
         assert document_key("", "actress") not in [d for d, _ in expansion.documents]
         allowed = run(retriever, QUESTION, candidate_pool=2)
         assert (
@@ -115,13 +136,8 @@ class TestGraphFusion:
     ) -> None:
         ingestor.ingest_paths([sample_corpus])
         scope = retriever.scope()
-        expansion = GraphStore(retriever.store).expand(
-            [document_key("", "services/session-store")],
-            scope,
-            top_entities=8,
-            max_hops=2,
-            frontier_cap=16,
-            document_cap=20,
+        expansion = expand(
+            retriever, [document_key("", "services/session-store")], scope=scope
         )
         reached = {e for e, _ in expansion.seeds} | {
             e for hop in expansion.hops for e, _ in hop
@@ -134,13 +150,8 @@ class TestGraphFusion:
     ) -> None:
         ingestor.ingest_paths([sample_corpus])
         scope = retriever.scope()
-        expansion = GraphStore(retriever.store).expand(
-            [document_key("", "services/auth-gateway")],
-            scope,
-            top_entities=8,
-            max_hops=2,
-            frontier_cap=16,
-            document_cap=20,
+        expansion = expand(
+            retriever, [document_key("", "services/auth-gateway")], scope=scope
         )
         reached = {e for hop in expansion.hops for e, _ in hop}
         assert entity_key("", "Identity Team") in reached
@@ -163,13 +174,8 @@ class TestGraphFusion:
         write_jsonl(tmp_path / "w.jsonl", records)
         ingestor.ingest_paths([tmp_path], title_entities=True)
         # Start from the seed's own title entity so Hub and Niche are one hop away.
-        expansion = GraphStore(retriever.store).expand(
-            [document_key("", "seed")],
-            retriever.scope(),
-            top_entities=1,
-            max_hops=2,
-            frontier_cap=16,
-            document_cap=60,
+        expansion = expand(
+            retriever, [document_key("", "seed")], top_entities=1, document_cap=60
         )
         weights = dict(expansion.hops[0])
         assert weights[entity_key("", "Niche")] > weights[entity_key("", "Hub")]
@@ -191,11 +197,10 @@ class TestGraphFusion:
         ]
         write_jsonl(tmp_path / "w.jsonl", records)
         ingestor.ingest_paths([tmp_path], title_entities=True)
-        expansion = GraphStore(retriever.store).expand(
+        expansion = expand(
+            retriever,
             [document_key("", "seed")],
-            retriever.scope(),
             top_entities=1,
-            max_hops=2,
             frontier_cap=5,
             document_cap=60,
         )
@@ -212,13 +217,8 @@ class TestChainScores:
     def test_seed_entities_carry_the_score_of_their_strongest_seed(
         self, retriever: Retriever, wiki: None
     ) -> None:
-        expansion = GraphStore(retriever.store).expand(
-            {_key("film"): 0.9, _key("other"): 0.3},
-            retriever.scope(),
-            top_entities=8,
-            max_hops=1,
-            frontier_cap=16,
-            document_cap=20,
+        expansion = expand(
+            retriever, {_key("film"): 0.9, _key("other"): 0.3}, max_hops=1
         )
         seeds = dict(expansion.seeds)
         # The film page mentions Shirley Temple and Meet Corliss Archer's subject;
@@ -232,14 +232,7 @@ class TestChainScores:
     def test_an_own_page_carries_the_link_and_a_seed_that_cannot_gain_is_left_out(
         self, retriever: Retriever, wiki: None
     ) -> None:
-        expansion = GraphStore(retriever.store).expand(
-            {_key("film"): 0.9},
-            retriever.scope(),
-            top_entities=8,
-            max_hops=1,
-            frontier_cap=16,
-            document_cap=20,
-        )
+        expansion = expand(retriever, {_key("film"): 0.9}, max_hops=1)
         documents = dict(expansion.documents)
         assert documents[_key("actress")] == pytest.approx(0.9)  # Shirley Temple's page
         assert _key("film") not in documents  # it would only meet its own score
@@ -259,14 +252,7 @@ class TestChainScores:
         ]
         write_jsonl(tmp_path / "w.jsonl", records)
         ingestor.ingest_paths([tmp_path], title_entities=True)
-        expansion = GraphStore(retriever.store).expand(
-            {_key("seed"): 0.8},
-            retriever.scope(),
-            top_entities=8,
-            max_hops=1,
-            frontier_cap=16,
-            document_cap=40,
-        )
+        expansion = expand(retriever, {_key("seed"): 0.8}, max_hops=1, document_cap=40)
         documents = dict(expansion.documents)
         assert documents[_key("alpha")] == pytest.approx(0.8)
         # Alpha is named by three pages (its own title included), Beta by eight.
@@ -282,20 +268,7 @@ class TestChainScores:
                 QUESTION, retriever.scope(), depth=20
             )[:2]
         }
-        result = graph_fusion(
-            retriever,
-            QUESTION,
-            pool,
-            retriever.scope(),
-            seeds=1,
-            top_entities=8,
-            max_hops=2,
-            frontier_cap=16,
-            document_cap=20,
-            chunk_cap=10,
-            score_weight=1.0,
-            rrf_k=60,
-        )
+        result = fuse(retriever, pool, retriever.scope(), 1)
         best = max(pool.values())
         documents = retriever.store.chunk_documents(
             [c for c, _, _ in result.added], retriever.scope()
@@ -324,26 +297,13 @@ class TestChainScores:
             )[:2]
         }
 
-        def fuse(scope: AccessScope) -> set[str]:
-            result = graph_fusion(
-                retriever,
-                QUESTION,
-                pool,
-                scope,
-                seeds=2,
-                top_entities=8,
-                max_hops=2,
-                frontier_cap=16,
-                document_cap=20,
-                chunk_cap=10,
-                score_weight=1.0,
-                rrf_k=60,
-            )
+        def reached(scope: AccessScope) -> set[str]:
+            result = fuse(retriever, pool, scope, 2)
             ids = [c for c, _, _ in result.added]
             return set(retriever.store.chunk_documents(ids, retriever.scope()).values())
 
-        assert _key("actress") in fuse(retriever.scope())
+        assert _key("actress") in reached(retriever.scope())
         # The graph links the film to the actress, but an English-only caller
         # must not get her French page back.
         english = replace(retriever.scope(), metadata=('{"lang": "en"}',))
-        assert _key("actress") not in fuse(english)
+        assert _key("actress") not in reached(english)
