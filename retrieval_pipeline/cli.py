@@ -13,11 +13,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrieval_pipeline.errors import DatabaseUnavailableError, RetrievalPipelineError
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT
 from retrieval_pipeline.settings import database_url, redact_url
+
+if TYPE_CHECKING:  # the CLI imports the heavy modules lazily
+    from retrieval_pipeline.ingest.job import IngestSummary
 
 EXIT_USAGE = 2
 EXIT_DATABASE = 3
@@ -214,6 +217,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _indexed_line(name: str, summary: IngestSummary) -> str:
+    """One line on what an evaluation's ingest did (written, reused, unchanged)."""
+    reused = (
+        f" ({summary.embeddings_reused} stored vectors reused)"
+        if summary.embeddings_reused
+        else ""
+    )
+    return (
+        f"{name}: {summary.documents} documents indexed{reused}, "
+        f"{summary.skipped} unchanged (cached)"
+    )
+
+
 def _print_json(value: Any) -> None:
     json.dump(value, sys.stdout, indent=2, ensure_ascii=False, default=str)
     sys.stdout.write("\n")
@@ -372,11 +388,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     embedder = resolve_embedder(args.embeddings)
     with open_store() as store:
         summary = ensure_ingested(dataset, Ingestor(store, embedder, progress=True))
-        print(
-            f"{dataset.name}: {summary.documents} documents embedded, "
-            f"{summary.skipped} unchanged (cached)",
-            file=sys.stderr,
-        )
+        print(_indexed_line(dataset.name, summary), file=sys.stderr)
         report = run_configs(
             dataset, Retriever(store, embedder), configs, judge=resolve_judge()
         )
@@ -441,11 +453,7 @@ def _cmd_eval_report(args: argparse.Namespace) -> int:
         retriever = Retriever(store, embedder)
         for i, dataset in enumerate(datasets):
             summary = ensure_ingested(dataset, Ingestor(store, embedder, progress=True))
-            print(
-                f"{dataset.name}: {summary.documents} documents embedded, "
-                f"{summary.skipped} unchanged (cached)",
-                file=sys.stderr,
-            )
+            print(_indexed_line(dataset.name, summary), file=sys.stderr)
             others = [d for d in datasets if d is not dataset]
             borrowed = (
                 sorted(others[i % len(others)].queries.values())[: rep.NEGATIVES]

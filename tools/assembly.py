@@ -16,6 +16,7 @@ so the same pool always assembles to the same bytes.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -129,30 +130,45 @@ def assemble(
     shift = -low if low < 0 else 0.0
     top = max(item.relevance for item in items) + shift or 1.0
     norm = {item.chunk_id: (item.relevance + shift) / top for item in items}
-    grams = {item.chunk_id: _cached_shingles(item) for item in items}
     tokens: dict[str, int] = {}  # counted only for the candidates actually picked
     # Strongest first, ties by id: the first pick is always the top-scored chunk.
-    remaining = sorted(items, key=lambda i: (-i.relevance, i.chunk_id))
+    ordered = sorted(items, key=lambda i: (-i.relevance, i.chunk_id))
     per_document_cap = max(1, int(token_budget * document_share))
     result = AssemblyResult([], 0)
     used_by_document: dict[str, int] = {}
     chosen: list[AssemblyItem] = []
-    # Redundancy of each candidate = its max Jaccard to any chosen chunk, kept up to
-    # date as chunks are chosen: O(n * chosen) set comparisons instead of O(n^2 * k).
-    redundancy = {item.chunk_id: 0.0 for item in items}
-    while remaining and len(chosen) < max_chunks:
-        best: AssemblyItem | None = None
-        best_score = float("-inf")
-        for item in remaining:
+    chosen_grams: list[frozenset[int]] = []
+    # Lazy greedy MMR (Minoux 1978), exact: a candidate's redundancy (its max Jaccard
+    # to the chosen chunks) only grows as chunks are chosen, so a score computed
+    # against fewer chosen chunks is an upper bound. The heap holds those bounds; the
+    # top entry is brought up to date and taken only if it still leads, so most
+    # candidates are never compared (nor shingled) at all. Ties go to the earlier
+    # position in ``ordered``, exactly as a full scan would break them.
+    redundancy = [0.0] * len(ordered)
+    compared = [0] * len(ordered)  # how many chosen chunks each entry has seen
+    grams: dict[int, frozenset[int]] = {}
+    heap = [(-mmr_lambda * norm[item.chunk_id], i) for i, item in enumerate(ordered)]
+    heapq.heapify(heap)
+    while heap and len(chosen) < max_chunks:
+        bound, i = heapq.heappop(heap)
+        if compared[i] < len(chosen):
+            mine = grams.get(i)
+            if mine is None:
+                mine = grams[i] = _cached_shingles(ordered[i])
+            for other in chosen_grams[compared[i] :]:
+                similarity = jaccard(mine, other)
+                if similarity > redundancy[i]:
+                    redundancy[i] = similarity
+            compared[i] = len(chosen)
             score = (
-                mmr_lambda * norm[item.chunk_id]
-                - (1 - mmr_lambda) * redundancy[item.chunk_id]
+                mmr_lambda * norm[ordered[i].chunk_id]
+                - (1 - mmr_lambda) * redundancy[i]
             )
-            if score > best_score:  # strict: earlier (stronger, lower id) wins ties
-                best, best_score = item, score
-        assert best is not None
-        remaining.remove(best)
-        if redundancy[best.chunk_id] >= duplicate_jaccard:
+            if heap and (-score, i) > heap[0]:
+                heapq.heappush(heap, (-score, i))
+                continue
+        best = ordered[i]
+        if redundancy[i] >= duplicate_jaccard:
             result.dropped_duplicates.append(best.chunk_id)
             continue
         cost = tokens[best.chunk_id] = _cached_tokens(best, counter)
@@ -165,12 +181,9 @@ def assemble(
             result.dropped_document_share.append(best.chunk_id)
             continue
         chosen.append(best)
+        chosen_grams.append(grams.get(i) or _cached_shingles(best))
         used_by_document[best.document_id] = used + cost
         result.tokens += cost
-        for item in remaining:
-            similarity = jaccard(grams[item.chunk_id], grams[best.chunk_id])
-            if similarity > redundancy[item.chunk_id]:
-                redundancy[item.chunk_id] = similarity
     # Front-load: strongest evidence first (MMR order only decided membership).
     chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))
     result.selected = [item.chunk_id for item in chosen]

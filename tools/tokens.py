@@ -61,7 +61,7 @@ class TiktokenCounter:
 
     def count(self, text: str) -> int:
         """Return the exact token count (special tokens are treated as text)."""
-        return len(self.encoding.encode(text, disallowed_special=()))
+        return len(self.encoding.encode_ordinary(text))
 
 
 def _rank_file_candidates(name: str) -> list[Path]:

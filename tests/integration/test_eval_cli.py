@@ -101,7 +101,7 @@ class TestEvalCommand:
         assert main(argv) == 0
         capsys.readouterr()
         assert main(argv) == 0
-        assert "0 documents embedded, 4 unchanged" in capsys.readouterr().err
+        assert "0 documents indexed, 4 unchanged" in capsys.readouterr().err
 
     def test_unknown_config_is_a_clear_error(
         self, store: Store, tiny_beir: Path, capsys: pytest.CaptureFixture[str]

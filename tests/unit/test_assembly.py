@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retrieval_pipeline.tools.assembly import AssemblyItem, assemble, jaccard, shingles
 from retrieval_pipeline.tools.tokens import CharEstimateCounter, default_token_counter
@@ -129,3 +131,123 @@ class TestAssembly:
             assemble([item("a", "x", 1.0)], CHARS, token_budget=0)
         with pytest.raises(ValueError):
             assemble([item("a", "x", 1.0)], CHARS, mmr_lambda=1.5)
+
+
+def eager_mmr(
+    items: list[AssemblyItem],
+    *,
+    token_budget: int,
+    max_chunks: int,
+    mmr_lambda: float,
+    duplicate_jaccard: float,
+    document_share: float,
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The textbook full-scan greedy MMR the lazy assembler must reproduce exactly."""
+    low = min(i.relevance for i in items)
+    shift = -low if low < 0 else 0.0
+    top = max(i.relevance for i in items) + shift or 1.0
+    norm = {i.chunk_id: (i.relevance + shift) / top for i in items}
+    remaining = sorted(items, key=lambda i: (-i.relevance, i.chunk_id))
+    redundancy = {i.chunk_id: 0.0 for i in items}
+    chosen: list[AssemblyItem] = []
+    dups: list[str] = []
+    over: list[str] = []
+    share: list[str] = []
+    used: dict[str, int] = {}
+    total = 0
+    cap = max(1, int(token_budget * document_share))
+    while remaining and len(chosen) < max_chunks:
+        best = max(
+            remaining,
+            key=lambda i: (
+                mmr_lambda * norm[i.chunk_id]
+                - (1 - mmr_lambda) * redundancy[i.chunk_id],
+                -remaining.index(i),
+            ),
+        )
+        remaining.remove(best)
+        cost = CHARS.count(best.text)
+        if redundancy[best.chunk_id] >= duplicate_jaccard:
+            dups.append(best.chunk_id)
+        elif total + cost > token_budget:
+            over.append(best.chunk_id)
+        elif used.get(best.document_id, 0) and used[best.document_id] + cost > cap:
+            share.append(best.chunk_id)
+        else:
+            chosen.append(best)
+            used[best.document_id] = used.get(best.document_id, 0) + cost
+            total += cost
+            for other in remaining:
+                similarity = jaccard(shingles(other.text), shingles(best.text))
+                redundancy[other.chunk_id] = max(redundancy[other.chunk_id], similarity)
+    chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))
+    return [i.chunk_id for i in chosen], dups, over, share
+
+
+WORDS = ["alpha", "beta", "gamma", "delta", "ledger", "money", "posting", "rate"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(WORDS), min_size=0, max_size=12),
+        min_size=1,
+        max_size=30,
+    ),
+    scores=st.lists(st.sampled_from([0.1, 0.25, 0.5, 0.5, 0.9, 1.0]), min_size=30),
+    documents=st.lists(st.integers(0, 4), min_size=30),
+    mmr_lambda=st.sampled_from([0.0, 0.3, 0.7, 1.0]),
+    duplicate_jaccard=st.sampled_from([0.5, 0.9, 1.0]),
+    token_budget=st.integers(5, 120),
+    max_chunks=st.integers(1, 12),
+)
+def test_lazy_mmr_selects_exactly_what_a_full_scan_selects(
+    texts: list[list[str]],
+    scores: list[float],
+    documents: list[int],
+    mmr_lambda: float,
+    duplicate_jaccard: float,
+    token_budget: int,
+    max_chunks: int,
+) -> None:
+    items = [
+        item(f"c{n:02d}", " ".join(words), scores[n], f"d{documents[n]}")
+        for n, words in enumerate(texts)
+    ]
+    settings_ = {
+        "token_budget": token_budget,
+        "max_chunks": max_chunks,
+        "mmr_lambda": mmr_lambda,
+        "duplicate_jaccard": duplicate_jaccard,
+        "document_share": 0.5,
+    }
+    result = assemble(items, CHARS, **settings_)  # type: ignore[arg-type]
+    assert (
+        result.selected,
+        result.dropped_duplicates,
+        result.dropped_budget,
+        result.dropped_document_share,
+    ) == eager_mmr(items, **settings_)  # type: ignore[arg-type]
+
+
+def test_lazy_mmr_breaks_exact_score_ties_by_position_like_a_full_scan() -> None:
+    # With lambda 0 the score is minus the redundancy: B and C are equally similar
+    # to A (one shared shingle of three), so the tie must go to B, the stronger.
+    items = [
+        item("a", "alpha beta gamma delta", 1.0),
+        item("b", "alpha beta gamma rate", 0.5),
+        item("c", "alpha beta gamma money", 0.4),
+    ]
+    result = assemble(items, CHARS, mmr_lambda=0.0, max_chunks=2)
+    assert result.selected == ["a", "b"]
+    assert (
+        result.selected
+        == eager_mmr(
+            items,
+            token_budget=6000,
+            max_chunks=2,
+            mmr_lambda=0.0,
+            duplicate_jaccard=0.9,
+            document_share=0.5,
+        )[0]
+    )
