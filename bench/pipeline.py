@@ -24,6 +24,7 @@ from quality import CACHE_HOME, DATASETS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "pipeline.json"
+ROUNDS = 3  # timed passes over the queries after the warm-up pass
 
 
 def quality(name: str, store: Any, embedder: Any) -> dict[str, Any]:
@@ -81,21 +82,33 @@ def latency(store: Any, embedder: Any, queries: int) -> dict[str, Any]:
         ),
     }
     samples: dict[str, list[float]] = {name: [] for name in operations}
-    # One full warm-up pass, then each operation over all queries in turn: whichever
-    # operation first touches a query's pages would otherwise pay for the others.
+    names = list(operations)
+    # One full warm-up pass (whichever operation first touches a query's pages would
+    # otherwise pay for the others), then ROUNDS passes in which the operations take
+    # turns on each query, in an order rotated per query: load that drifts over the
+    # run (this machine is shared) then weighs on every operation alike, instead of
+    # on whichever one ran during the noisy minute.
     for text in texts:
         for op in operations.values():
             op(text)
-    for _ in range(2):
-        for name, op in operations.items():
-            for text in texts:
+    per_round: list[dict[str, float]] = []
+    for _ in range(ROUNDS):
+        this_round: dict[str, list[float]] = {name: [] for name in operations}
+        for i, text in enumerate(texts):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 started = time.perf_counter()
-                op(text)
-                samples[name].append((time.perf_counter() - started) * 1000)
+                operations[name](text)
+                this_round[name].append((time.perf_counter() - started) * 1000)
+        for name, values in this_round.items():
+            samples[name].extend(values)
+        per_round.append({n: statistics.median(v) for n, v in this_round.items()})
     p50 = {name: statistics.median(values) for name, values in samples.items()}
     direct = p50["retrieve (direct call)"]
+    full = "deterministic pipeline (wide + graph + assembly)"
     return {
         "queries": len(texts),
+        "rounds": ROUNDS,
+        "round_ratios": [r[full] / r["retrieve (direct call)"] for r in per_round],
         "p50_ms": p50,
         "orchestration_ms": p50["retrieve through the graph (all stages inactive)"]
         - direct,
