@@ -186,9 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("--tenant", default=None)
 
     db = sub.add_parser("db", help="manage the embedded PostgreSQL server")
-    db.add_argument("action", choices=["start", "stop", "status", "reset"])
+    db.add_argument(
+        "action",
+        choices=["start", "stop", "status", "reset", "maintain"],
+        help="maintain: VACUUM (ANALYZE) after a large (re-)ingest, on the embedded "
+        "server or DATABASE_URL",
+    )
     db.add_argument(
         "--yes", action="store_true", help="confirm `reset` (deletes all data)"
+    )
+    db.add_argument(
+        "--reindex",
+        action="store_true",
+        help="`maintain`: also rebuild the indexes online (REINDEX CONCURRENTLY), "
+        "which shrinks them after a re-ingest",
     )
 
     serve = sub.add_parser(
@@ -547,10 +558,20 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
 def _cmd_db(args: argparse.Namespace) -> int:
     from retrieval_pipeline.tools.store import EmbeddedPostgres, open_store
 
     url = database_url()
+    if args.action == "maintain":
+        with open_store() as store:
+            sizes = store.maintain(reindex=args.reindex)
+        for table, (before, after) in sizes.items():
+            print(f"{table}: {_mib(before)} -> {_mib(after)}")
+        return 0
     if url is not None and args.action != "status":
         raise RetrievalPipelineError(
             f"DATABASE_URL is set ({redact_url(url)}); `db {args.action}` manages "
