@@ -119,8 +119,13 @@ class Context:
             )
         if not 1 <= self.max_chunks <= MAX_LIMIT:
             raise ValueError(f"max_chunks must be 1..{MAX_LIMIT}")
-        counts = ("top_entities", "frontier_cap", "graph_documents", "graph_chunks")
-        for name in ("graph_seeds", *counts):
+        for name in (
+            "graph_seeds",
+            "top_entities",
+            "frontier_cap",
+            "graph_documents",
+            "graph_chunks",
+        ):
             if not 1 <= getattr(self, name) <= MAX_LIMIT:
                 raise ValueError(f"{name} must be 1..{MAX_LIMIT}")
         if not self.graph_score_weight > 0 or not 0 < self.document_share <= 1:

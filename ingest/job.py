@@ -323,19 +323,23 @@ class Ingestor:
             for index, item in enumerate(prepared)
             if _reusable(item, self.embedder.dimension)
         }
-        # A changed revision whose chunk text did not change (a touched file, a new
-        # ACL) keeps its stored vectors: chunk ids are content-addressed.
         keys = {
             (index, chunk.ordinal): chunk_key(
                 item.document_id, chunk.ordinal, chunk.indexed_text()
             )
             for index, item in enumerate(prepared)
-            if index not in reused
             for chunk in item.chunks
         }
-        kept = self.store.reusable_embeddings(
-            sorted(set(keys.values())), self.embedder.model, self.embedder.dimension
-        )
+        # A changed revision whose chunk text did not change (a touched file, a new
+        # ACL) keeps its stored vectors: chunk ids are content-addressed.
+        wanted = [key for (index, _), key in keys.items() if index not in reused]
+        kept = {
+            chunk_id: vector
+            for chunk_id, vector in self.store.chunk_embeddings(
+                sorted(set(wanted)), model=self.embedder.model
+            ).items()
+            if len(vector) == self.embedder.dimension
+        }
         texts = [
             chunk.indexed_text()
             for index, item in enumerate(prepared)
@@ -346,7 +350,7 @@ class Ingestor:
         embed_started = time.perf_counter()
         fresh = self.embedder.embed_documents(texts) if texts else []
         summary.embed_seconds += time.perf_counter() - embed_started
-        summary.embeddings_reused += len(reused) + sum(k in kept for k in keys.values())
+        summary.embeddings_reused += len(reused) + sum(k in kept for k in wanted)
         vectors: list[Sequence[float]] = []
         fresh_iter = iter(fresh)
         for index, item in enumerate(prepared):
@@ -372,7 +376,7 @@ class Ingestor:
                 content = chunk.indexed_text()
                 chunk_records.append(
                     ChunkRecord(
-                        id=chunk_key(item.document_id, chunk.ordinal, content),
+                        id=keys[index, chunk.ordinal],
                         ordinal=chunk.ordinal,
                         heading_path=chunk.heading_path,
                         body=chunk.body,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -572,13 +572,17 @@ class Store:
         instead of visiting the heap row by row. Autovacuum does this eventually
         on a running server; a benchmark or a one-off bulk load calls it directly.
         """
+        self._outside_transaction(
+            sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(t)) for t in tables
+        )
+
+    def _outside_transaction(self, statements: Iterable[sql.Composed]) -> None:
+        """Run maintenance statements that PostgreSQL refuses inside a transaction."""
         with self.connection() as conn:
             conn.autocommit = True
             try:
-                for table in tables:
-                    conn.execute(
-                        sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table))
-                    )
+                for statement in statements:
+                    conn.execute(statement)
             finally:
                 conn.autocommit = False
 
@@ -615,18 +619,14 @@ class Store:
         which shrinks them while reads and writes go on.
         """
         before = self.relation_sizes()
-        with self.connection() as conn:
-            conn.autocommit = True  # neither statement runs inside a transaction
-            try:
-                for table in self.MAINTAINED_TABLES:
-                    name = sql.Identifier(table)
-                    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(name))
-                    if reindex:
-                        conn.execute(
-                            sql.SQL("REINDEX TABLE CONCURRENTLY {}").format(name)
-                        )
-            finally:
-                conn.autocommit = False
+        steps = ["VACUUM (ANALYZE) {}"] + (
+            ["REINDEX TABLE CONCURRENTLY {}"] if reindex else []
+        )
+        self._outside_transaction(
+            sql.SQL(step).format(sql.Identifier(table))
+            for table in self.MAINTAINED_TABLES
+            for step in steps
+        )
         after = self.relation_sizes()
         return {table: (before[table], after[table]) for table in before}
 
@@ -882,35 +882,24 @@ class Store:
             ).fetchall()
         return {r[0]: dict(r[1]) for r in rows}
 
-    def chunk_embeddings(self, chunk_ids: Sequence[str]) -> dict[str, list[float]]:
-        """Stored vectors by chunk id (callers pass ids they already may see)."""
-        with self.connection() as conn:
-            rows = conn.execute(
-                "SELECT id, embedding::text FROM chunks WHERE id = ANY(%s::text[])",
-                (list(chunk_ids),),
-            ).fetchall()
-        return {r[0]: list(parse_vector(r[1])) for r in rows}
+    def chunk_embeddings(
+        self, chunk_ids: Sequence[str], *, model: str | None = None
+    ) -> dict[str, list[float]]:
+        """Stored vectors by chunk id (callers pass ids they already may see).
 
-    def reusable_embeddings(
-        self, chunk_ids: Sequence[str], model: str, dimension: int
-    ) -> dict[str, tuple[float, ...]]:
-        """Stored vectors of these chunk ids made by ``model`` at ``dimension``.
-
-        Ingest-side only: a chunk id is a digest of (document, position, indexed
-        text), so a stored vector under the same id and model embedded exactly the
-        text about to be written, and a re-ingest whose revision changed for another
-        reason (a timestamp, ACL or metadata) need not embed it again.
+        ``model`` keeps only vectors that model made: ingest reuses them, since a
+        chunk id is a digest of (document, position, indexed text), so a stored
+        vector under the same id and model embedded exactly the text to be written.
         """
         if not chunk_ids:
             return {}
         with self.connection() as conn:
             rows = conn.execute(
-                "SELECT id, embedding::text FROM chunks"
-                " WHERE id = ANY(%s::text[]) AND embedding_model = %s",
-                (list(chunk_ids), model),
+                "SELECT id, embedding::text FROM chunks WHERE id = ANY(%s::text[])"
+                " AND (%s::text IS NULL OR embedding_model = %s)",
+                (list(chunk_ids), model, model),
             ).fetchall()
-        vectors = {r[0]: parse_vector(r[1]) for r in rows}
-        return {k: v for k, v in vectors.items() if len(v) == dimension}
+        return {r[0]: list(parse_vector(r[1])) for r in rows}
 
     def documents_by_source_ids(
         self, source_ids: Sequence[str], scope: AccessScope
