@@ -14,9 +14,25 @@ one chunk: rows are already chunks (the user's splitter made them), so they are 
 split again.
 Metadata maps onto provenance: ``source`` -> source URI and path, ``title`` -> title
 (else the source's file name), ``updated_at`` / ``last_modified`` / ``created_at`` ->
-timestamps. Access control comes from the documented keys ``principals`` (a list, or
-a comma-separated string) and ``tenant``; the CLI's ``--principals`` / ``--tenant``
-apply to rows without them.
+timestamps.
+
+Access control follows the same fail-closed rules as file ingestion, through the same
+function (:func:`retrieval_pipeline.ingest.loaders.resolve_access`):
+
+- ``principals`` (a list of non-empty strings, or a comma-separated string; ``acl``
+  is an alias) restricts the row; the CLI's ``--principals`` applies to rows without
+  it, and a row's own principals replace that default. ``public: true`` makes a row
+  public explicitly.
+- An explicitly empty or malformed ACL (``""``, ``[]``, null, a blank or non-string
+  item, another type), both ``principals`` and ``acl``, ``public`` beside either, or
+  an unknown key that looks like access control (``groups``, ``roles``,
+  ``allowed_*``, ``readers``, ``permissions``, ...) fails that row: it is reported as
+  ``<origin>/<row id>`` with the reason, not imported, and the import goes on.
+- ``--tenant`` is a boundary: a row whose ``tenant`` names another tenant (``""``
+  included) fails; one naming the same tenant, or none, is imported into it. Without
+  ``--tenant`` a row's own ``tenant`` is used.
+
+The keys stay in the imported document's metadata as they were.
 
 Stored vectors are reused (no embedding call) when the collection's embedding model
 matches ours (``--embedding-model``, else the collection's ``embedding_model``
@@ -38,9 +54,17 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from retrieval_pipeline.errors import ConfigurationError, DatabaseUnavailableError
+from retrieval_pipeline.errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    IngestError,
+)
 from retrieval_pipeline.ingest.job import Ingestor, IngestSummary
-from retrieval_pipeline.ingest.loaders import SourceDocument
+from retrieval_pipeline.ingest.loaders import (
+    SourceDocument,
+    read_principals,
+    resolve_access,
+)
 from retrieval_pipeline.settings import redact_url
 from retrieval_pipeline.tools.store.store import parse_vector
 
@@ -229,15 +253,18 @@ def _timestamp(metadata: Mapping[str, Any], keys: Sequence[str]) -> datetime | N
 
 
 def parse_principals(value: Any, default: Sequence[str] = ()) -> tuple[str, ...]:
-    """ACL principals from metadata: a list or a comma-separated string (sorted)."""
+    """ACL principals from a metadata value: a list or a comma-separated string.
+
+    ``None`` means the key is absent and returns ``default`` (sorted, de-duplicated).
+    Any other value goes through ``loaders.read_principals``: an empty or malformed
+    value (``""``, ``[]``, blanks, a non-string or empty item) raises ``ValueError``
+    instead of yielding a public document. Callers holding the whole metadata should
+    prefer ``loaders.resolve_access``, which also applies the ``acl`` alias,
+    ``public``, unknown look-alike keys and the tenant boundary.
+    """
     if value is None:
         return tuple(sorted(set(default)))
-    if isinstance(value, str):
-        value = [p.strip() for p in value.split(",") if p.strip()]
-    if not isinstance(value, list | tuple):
-        raise ValueError("'principals' must be a list or a comma-separated string")
-    # List entries are kept as given: dropping a blank one could make a document public.
-    return tuple(sorted({str(p) for p in value}))
+    return read_principals(value)
 
 
 def to_source_document(
@@ -248,8 +275,16 @@ def to_source_document(
     principals: Sequence[str],
     reuse_vectors: bool,
 ) -> SourceDocument:
-    """Map one langchain-postgres row onto a document (provenance + ACL)."""
+    """Map one langchain-postgres row onto a document (provenance + ACL).
+
+    Raises:
+        IngestError: the row's access control is unusable (see the module docstring);
+            the error names the row as ``<origin>/<row id>``.
+    """
     meta = dict(row.metadata)
+    access = resolve_access(
+        f"{source.origin}/{row.id}", meta, tenant=tenant, principals=principals
+    )
     origin_uri = str(meta.get("source") or "")
     title = str(
         meta.get("title") or (PurePosixPath(origin_uri).name if origin_uri else "")
@@ -262,8 +297,8 @@ def to_source_document(
         content=row.content,
         body_start=0,
         kind="langchain",
-        tenant=str(meta.get("tenant") or tenant or ""),
-        principals=parse_principals(meta.get("principals"), principals),
+        tenant=access.tenant,
+        principals=access.principals,
         created_at=_timestamp(meta, ("created_at",)),
         updated_at=_timestamp(meta, TIMESTAMP_KEYS + ("created_at",)),
         metadata={**meta, ORIGIN_KEY: source.origin},
@@ -286,7 +321,8 @@ def import_langchain_postgres(
     Args:
         ingestor: the ingestor (its store and embedder) to import into.
         source: where to read.
-        tenant: tenant for rows whose metadata names none.
+        tenant: the tenant rows are imported into; when set, a row naming another
+            tenant fails (without it, a row's own tenant is used).
         principals: ACL principals for rows whose metadata names none.
         embedding_model: the model that made the stored vectors (default: the
             collection's ``embedding_model`` metadata); vectors are reused only when
@@ -314,8 +350,8 @@ def import_langchain_postgres(
                     reuse_vectors=reuse,
                 )
             )
-        except ValueError as exc:
-            summary.failures.append((f"{source.origin}/{row.id}", str(exc)))
+        except IngestError as exc:
+            summary.failures.append((exc.path, exc.reason))
     result = ingestor.ingest_documents(documents)
     result.failures[:0] = summary.failures
     if prune:

@@ -1,22 +1,50 @@
 """Source loaders: markdown, plain text, HTML and BEIR-format JSONL.
 
 Each loader returns :class:`SourceDocument` values whose ``content`` is the exact text
-that chunk offsets point into. Metadata comes from front matter (markdown), a sidecar
-file (``NAME.meta.json`` / ``NAME.meta.yaml`` beside the source), a JSONL record's
-``metadata`` field, and the caller's defaults, in increasing order of precedence:
-defaults < sidecar < front matter / record.
+that chunk offsets point into. Metadata comes from front matter (markdown), access
+``<meta name=...>`` tags (HTML), a sidecar file (``NAME.meta.json`` /
+``NAME.meta.yaml`` beside the source), a JSONL record's ``metadata`` object, and the
+caller's defaults, in increasing order of precedence:
+defaults < sidecar < front matter / HTML meta / record.
 
 Recognised metadata keys: ``id``, ``title``, ``path``, ``tenant``, ``principals`` (or
-``acl``), ``created_at``, ``updated_at``, ``entities``, ``relations``,
-``title_entity``; anything else is kept in ``metadata``. See README "Metadata and
-entity sidecars" for the entity format.
+its alias ``acl``), ``public``, ``created_at``, ``updated_at``, ``entities``,
+``relations``, ``title_entity``; anything else is kept in ``metadata``. See README
+"Metadata and entity sidecars" for the entity format.
+
+Access control fails closed. Every loader (and the langchain-postgres import) reads
+it through one function, :func:`resolve_access`, with these rules:
+
+- ``principals`` is a list of non-empty strings or a comma-separated string. An
+  explicitly empty or malformed value (``""``, ``[]``, null, blanks, an empty or
+  non-string item, an item holding a comma, another type) is an error for that file
+  (JSONL line, imported row), never a public document. ``acl`` is a documented alias
+  of ``principals`` and follows the same rules; setting both is an error.
+- Absent means the caller's default (``--principals``), which with no default is
+  public. A document's own principals replace the default (they are not merged: an
+  ACL is "any of", so a union would widen it and an intersection would usually be
+  empty). ``public: true`` marks a document public explicitly, even under a
+  ``--principals`` default; ``public: false`` keeps the default and is an error
+  without one; ``public`` together with ``principals``/``acl``, or not a boolean, is
+  an error.
+- Any other key that looks like access control (``groups``, ``roles``, ``allow*``,
+  ``allowed_*``, ``deny*``, ``readers``, ``viewers``, ``permissions``, ``access*``,
+  ``visibility``, ``audience``, ``private``, a differently-cased ``Principals``,
+  ``tenant_id``, ... see :func:`looks_like_access_control`) is an error, not ignored.
+- ``tenant`` is a string (or an integer). With a caller tenant (``--tenant``) it is a
+  boundary: a document naming another tenant (``""`` included) is an error, one naming
+  the same tenant is fine, and one naming none takes it. Without a caller tenant, a
+  document's own tenant is used, and one without a tenant gets none. Null or a blank
+  tenant is an error.
+- A JSONL record keeps these keys in its ``metadata`` object; at the record's top
+  level they are an error, as is a ``metadata`` that is not an object.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html.parser import HTMLParser
@@ -50,6 +78,7 @@ _KNOWN_KEYS = {
     "tenant",
     "principals",
     "acl",
+    "public",
     "created_at",
     "created",
     "updated_at",
@@ -59,6 +88,58 @@ _KNOWN_KEYS = {
     "title_entity",
     "text",
 }
+TENANT_KEY = "tenant"
+PRINCIPALS_KEY = "principals"
+ACL_ALIAS = "acl"  # documented alias of ``principals`` (kept for existing corpora)
+PUBLIC_KEY = "public"
+ACCESS_KEYS = (TENANT_KEY, PRINCIPALS_KEY, ACL_ALIAS, PUBLIC_KEY)
+"""The access-control keys a document may carry; see :func:`resolve_access`."""
+# Words that make a metadata key look like access control. A key that only looks like
+# one is refused rather than ignored: ignoring ``groups: [hr]`` stores a public
+# document that its author meant to restrict.
+_ACCESS_WORDS = frozenset(
+    {
+        "acl",
+        "acls",
+        "principal",
+        "principals",
+        "group",
+        "groups",
+        "role",
+        "roles",
+        "permission",
+        "permissions",
+        "perms",
+        "reader",
+        "readers",
+        "viewer",
+        "viewers",
+        "audience",
+        "visibility",
+        "tenant",
+        "tenants",
+    }
+)
+_ACCESS_FIRST_WORDS = frozenset(
+    {"allow", "allowed", "allowlist", "deny", "denied", "denylist", "access"}
+)
+_ACCESS_NAMES = frozenset(
+    {
+        "public",
+        "private",
+        "is_public",
+        "is_private",
+        "restricted",
+        "confidential",
+        "shared_with",
+        "visible_to",
+    }
+)
+_ACCESS_HINT = (
+    "put the ACL in 'principals' (or its alias 'acl'), the tenant in 'tenant', mark a "
+    "public document with 'public: true', or rename the key if it is not access "
+    "control"
+)
 
 
 @dataclass(frozen=True)
@@ -135,7 +216,7 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     if kind == "markdown":
         front, body_start = _front_matter(path, text)
     if kind == "html":
-        text, html_title = html_to_markdown(text)
+        text, html_title, front = _html(path, text)
         if html_title:
             sidecar.setdefault("title", html_title)
     meta = _merge(sidecar, front)
@@ -251,8 +332,21 @@ def _load_jsonl(
         body = record.get("text")
         if source_id in (None, "") or not isinstance(body, str):
             raise IngestError(where, "a BEIR record needs '_id' and a string 'text'")
+        for key in record:
+            if key in ACCESS_KEYS or looks_like_access_control(key):
+                raise IngestError(
+                    where,
+                    f"'{key}' is access control: it belongs inside the record's "
+                    "'metadata' object, where it is applied (at the top level it "
+                    "would be ignored)",
+                )
         raw_extra = record.get("metadata")
-        extra: dict[str, Any] = raw_extra if isinstance(raw_extra, dict) else {}
+        if raw_extra is not None and not isinstance(raw_extra, dict):
+            raise IngestError(
+                where,
+                "'metadata' must be an object of keys, not " + type(raw_extra).__name__,
+            )
+        extra: dict[str, Any] = raw_extra or {}
         meta = _merge(sidecar, extra)
         meta.pop("id", None)
         title = str(record.get("title") or meta.pop("title", "") or "")
@@ -285,12 +379,11 @@ def _document(
     where: str | None = None,
 ) -> SourceDocument:
     where = where or str(path)
-    principals = meta.pop("principals", meta.pop("acl", None))
-    tenant = meta.pop("tenant", None)
-    if tenant is not None and (
-        isinstance(tenant, bool) or not isinstance(tenant, str | int)
-    ):
-        raise IngestError(where, f"'tenant' must be a string, got {tenant!r}")
+    access = resolve_access(
+        where, meta, tenant=defaults.tenant, principals=defaults.principals
+    )
+    for key in ACCESS_KEYS:
+        meta.pop(key, None)
     updated = _timestamp(where, meta.pop("updated_at", meta.pop("updated", None)))
     created = _timestamp(where, meta.pop("created_at", meta.pop("created", None)))
     if updated is None:
@@ -317,10 +410,8 @@ def _document(
         content=content,
         body_start=body_start,
         kind=kind,
-        tenant=str(tenant) if tenant not in (None, "") else defaults.tenant,
-        principals=_principals(where, principals)
-        if principals is not None
-        else defaults.principals,
+        tenant=access.tenant,
+        principals=access.principals,
         created_at=created,
         updated_at=updated,
         metadata=metadata,
@@ -330,12 +421,171 @@ def _document(
     )
 
 
-def _principals(where: str, value: Any) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class Access:
+    """Where a document lives and who may read it (empty principals = public)."""
+
+    tenant: str
+    principals: tuple[str, ...]
+
+
+def looks_like_access_control(key: object) -> bool:
+    """Whether a metadata key reads as access control (case and separators ignored).
+
+    True for the recognised keys themselves and for unknown ones such as ``groups``,
+    ``allowedUsers``, ``reader_groups``, ``Principals`` or ``tenant_id``;
+    :func:`resolve_access` refuses every such key except the exact ``tenant``,
+    ``principals``, ``acl`` and ``public``.
+    """
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", str(key))
+    words = [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+    if not words:
+        return False
+    return (
+        any(w in _ACCESS_WORDS for w in words)
+        or words[0] in _ACCESS_FIRST_WORDS
+        or "_".join(words) in _ACCESS_NAMES
+    )
+
+
+def read_principals(value: Any, *, key: str = PRINCIPALS_KEY) -> tuple[str, ...]:
+    """Parse an explicitly given ACL value; raise ``ValueError`` unless it is exact.
+
+    A list of non-empty strings or a comma-separated string, returned stripped,
+    de-duplicated and sorted. Anything that names no principal, or that could be
+    misread, is refused: an empty ACL means public, so guessing fails open.
+    """
+    refuse = (
+        "an explicitly empty ACL is refused; omit the key to take the default "
+        "principals, or write 'public: true' for a public document"
+    )
+    if value is None:
+        raise ValueError(f"'{key}' is null; {refuse}")
     if isinstance(value, str):
-        value = [p for p in value.split(",")]
-    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
-        raise IngestError(where, "'principals' must be a list of strings or 'a,b,c'")
-    return tuple(sorted({p.strip() for p in value if p.strip()}))
+        items: list[Any] = value.split(",")
+        if not any(item.strip() for item in items):
+            raise ValueError(f"'{key}' is empty ({value!r}); {refuse}")
+    elif isinstance(value, list | tuple):
+        items = list(value)
+        if not items:
+            raise ValueError(f"'{key}' is an empty list; {refuse}")
+    else:
+        raise ValueError(
+            f"'{key}' must be a list of strings or a comma-separated string, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    principals = set()
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, str):
+            raise ValueError(
+                f"'{key}' entry {number} ({item!r}) must be a string, "
+                f"not {type(item).__name__}"
+            )
+        if not item.strip():
+            raise ValueError(
+                f"'{key}' entry {number} is empty ({value!r}); every principal "
+                "must be a non-empty name"
+            )
+        if isinstance(value, list | tuple) and "," in item:
+            raise ValueError(
+                f"'{key}' entry {item!r} contains a comma; list principals separately"
+            )
+        principals.add(item.strip())
+    return tuple(sorted(principals))
+
+
+def resolve_access(
+    where: str,
+    metadata: Mapping[str, Any],
+    *,
+    tenant: str = "",
+    principals: Sequence[str] = (),
+) -> Access:
+    """The tenant and principals of one document, failing closed (module docstring).
+
+    Args:
+        where: the file, line or row, for the error.
+        metadata: the document's merged metadata (not modified).
+        tenant: the caller's tenant (``--tenant``); when set, a boundary.
+        principals: the caller's default principals (``--principals``).
+
+    Raises:
+        IngestError: naming ``where`` and the reason, for any access key that is
+            empty, malformed, contradictory, unknown, or outside ``tenant``.
+    """
+    for key in metadata:
+        if key not in ACCESS_KEYS and looks_like_access_control(key):
+            raise IngestError(
+                where,
+                f"'{key}' looks like access control but is not applied; "
+                + _ACCESS_HINT,
+            )
+    return Access(
+        tenant=_tenant(where, metadata, tenant),
+        principals=_principals(where, metadata, principals),
+    )
+
+
+def _principals(
+    where: str, metadata: Mapping[str, Any], default: Sequence[str]
+) -> tuple[str, ...]:
+    given = [k for k in (PRINCIPALS_KEY, ACL_ALIAS) if k in metadata]
+    if PUBLIC_KEY in metadata and given:
+        raise IngestError(
+            where,
+            f"both '{PUBLIC_KEY}' and '{given[0]}' are set; a document is either "
+            "public or restricted, so keep one",
+        )
+    if len(given) > 1:
+        raise IngestError(
+            where,
+            f"both '{PRINCIPALS_KEY}' and its alias '{ACL_ALIAS}' are set; keep one",
+        )
+    if given:
+        try:
+            return read_principals(metadata[given[0]], key=given[0])
+        except ValueError as exc:
+            raise IngestError(where, str(exc)) from exc
+    fallback = tuple(sorted(set(default)))
+    if PUBLIC_KEY not in metadata:
+        return fallback
+    public = metadata[PUBLIC_KEY]
+    if not isinstance(public, bool):
+        raise IngestError(
+            where, f"'{PUBLIC_KEY}' must be true or false, got {public!r}"
+        )
+    if public:
+        return ()
+    if not fallback:
+        raise IngestError(
+            where,
+            f"'{PUBLIC_KEY}: false' but no principals are given (neither "
+            f"'{PRINCIPALS_KEY}' nor a default such as --principals); name who may "
+            "read it",
+        )
+    return fallback
+
+
+def _tenant(where: str, metadata: Mapping[str, Any], boundary: str) -> str:
+    if TENANT_KEY not in metadata:
+        return boundary
+    value = metadata[TENANT_KEY]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise IngestError(
+            where,
+            f"'{TENANT_KEY}' must be a string, got {value!r}; write a tenant name "
+            "or omit the key",
+        )
+    tenant = str(value)
+    if tenant and not tenant.strip():
+        raise IngestError(where, f"'{TENANT_KEY}' is blank ({tenant!r})")
+    if boundary and tenant != boundary:
+        raise IngestError(
+            where,
+            f"'{TENANT_KEY}' is {tenant!r} but this run is limited to tenant "
+            f"{boundary!r} (--tenant); a document cannot leave the run's tenant",
+        )
+    return tenant
 
 
 def _timestamp(where: str, value: Any) -> datetime | None:
@@ -460,8 +710,13 @@ class _HTMLToMarkdown(HTMLParser):
         self._skip = 0
         self._in_title = False
         self._heading: int | None = None
+        self.meta: list[tuple[str, str]] = []  # (name, content) of <meta name=...>
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "meta":
+            named = dict(attrs)
+            if named.get("name"):
+                self.meta.append((str(named["name"]), named.get("content") or ""))
         if tag == "title":
             self._in_title = True
         if tag in self._SKIP:
@@ -496,12 +751,42 @@ class _HTMLToMarkdown(HTMLParser):
         self.parts.append(text)
 
 
-def html_to_markdown(html: str) -> tuple[str, str]:
-    """Convert HTML to markdown-like text (headings kept); return (text, <title>)."""
+def _parse_html(html: str) -> tuple[str, str, list[tuple[str, str]]]:
     parser = _HTMLToMarkdown()
     parser.feed(html)
     parser.close()
     text = "".join(parser.parts)
     lines = [line.strip() for line in text.split("\n")]
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
-    return text, re.sub(r"\s+", " ", parser.title).strip()
+    return text, re.sub(r"\s+", " ", parser.title).strip(), parser.meta
+
+
+def html_to_markdown(html: str) -> tuple[str, str]:
+    """Convert HTML to markdown-like text (headings kept); return (text, <title>)."""
+    text, title, _meta = _parse_html(html)
+    return text, title
+
+
+def _html(path: Path, html: str) -> tuple[str, str, dict[str, Any]]:
+    """Text, title, and the access-control ``<meta name=...>`` tags as metadata.
+
+    Meta names are case-insensitive in HTML. Only access-control names are lifted
+    (``<meta name="principals" content="a,b">``, ``tenant``, ``acl``, ``public``
+    with ``true``/``false``, and any look-alike so that it is refused); other meta
+    tags stay out of the metadata.
+    """
+    text, title, tags = _parse_html(html)
+    meta: dict[str, Any] = {}
+    for raw_name, content in tags:
+        name = raw_name.strip().lower()
+        if name not in ACCESS_KEYS and not looks_like_access_control(name):
+            continue
+        if name in meta:
+            raise IngestError(
+                str(path), f'<meta name="{name}"> appears more than once; keep one'
+            )
+        value: Any = content
+        if name == PUBLIC_KEY and content.strip().lower() in ("true", "false"):
+            value = content.strip().lower() == "true"
+        meta[name] = value
+    return text, title, meta

@@ -30,14 +30,40 @@ def _csv(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def _add_access(parser: argparse.ArgumentParser, verb: str) -> None:
+def _acl_csv(value: str) -> list[str]:
+    principals = _csv(value)
+    if not principals:
+        # An empty value (say, an unset shell variable) would make documents public.
+        raise argparse.ArgumentTypeError(
+            f"{value!r} names no principal; omit --principals for public documents"
+        )
+    return principals
+
+
+def _add_access(
+    parser: argparse.ArgumentParser, verb: str, *, grants: bool = False
+) -> None:
+    if grants:  # ingest: defaults for documents, and a tenant they cannot leave
+        principals_help = (
+            "comma-separated ACL principals for documents that name none "
+            "(omit for public; an empty value is an error)"
+        )
+        tenant_help = (
+            "tenant of the documents; one naming another tenant fails "
+            "(default: each document's own, else none)"
+        )
+    else:
+        principals_help = (
+            f"comma-separated ACL principals the {verb} carry (none = public only)"
+        )
+        tenant_help = "tenant scope (default: none)"
     parser.add_argument(
         "--principals",
-        type=_csv,
+        type=_acl_csv if grants else _csv,
         default=[],
-        help=f"comma-separated ACL principals the {verb} carry (none = public only)",
+        help=principals_help,
     )
-    parser.add_argument("--tenant", default=None, help="tenant scope (default: none)")
+    parser.add_argument("--tenant", default=None, help=tenant_help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="model that made the stored vectors (reused when it is ours)",
     )
-    _add_access(ingest, "documents")
+    _add_access(ingest, "documents", grants=True)
     ingest.add_argument(
         "--title-entities",
         action="store_true",

@@ -183,3 +183,239 @@ class TestDiscovery:
         write(tmp_path / ".hidden.md", "z")
         found = [p.relative_to(tmp_path).as_posix() for p in discover([tmp_path])]
         assert found == ["a.md", "d/b.txt"]
+
+
+def front(tmp_path: Path, meta: str, name: str = "acl.md") -> Path:
+    return write(tmp_path / name, f"---\n{meta}\n---\n# Body\n\ntext\n")
+
+
+class TestAccessControlFailsClosed:
+    """An ACL or tenant that cannot be read exactly is an error, never public."""
+
+    @pytest.mark.parametrize(
+        ("meta", "reason"),
+        [
+            ('principals: ""', "empty"),
+            ("principals: []", "empty"),
+            ('principals: "   "', "empty"),
+            ('principals: " , ,"', "empty"),
+            ("principals:", "null"),
+            ('principals: [hr, ""]', "empty"),
+            ("principals: [hr, 3]", "must be a string"),
+            ("principals: [[hr]]", "must be a string"),
+            ("principals: {hr: 1}", "list of strings"),
+            ("principals: true", "list of strings"),
+            ('principals: ["hr,finance"]', "comma"),
+            ("acl: []", "empty"),
+            ('acl: ""', "empty"),
+            ("principals: []\nacl: [hr]", "both"),
+            ("principals: [hr]\nacl: [hr]", "both"),
+        ],
+    )
+    def test_an_empty_or_malformed_acl_is_an_error(
+        self, tmp_path: Path, meta: str, reason: str
+    ) -> None:
+        path = front(tmp_path, meta)
+        with pytest.raises(IngestError, match=reason) as info:
+            load_file(path, LoadDefaults(principals=("staff",)))
+        assert info.value.path == str(path)
+
+    @pytest.mark.parametrize(
+        "key",
+        [
+            "groups",
+            "group",
+            "roles",
+            "allow",
+            "allowed_groups",
+            "allowedUsers",
+            "allow-list",
+            "readers",
+            "viewers",
+            "permissions",
+            "access",
+            "access_control",
+            "visibility",
+            "private",
+            "Principals",
+            "ACL",
+            "reader_groups",
+            "tenant_id",
+            "TenantId",
+            "Tenant",
+            "Public",
+        ],
+    )
+    def test_an_unknown_acl_like_key_is_an_error_not_ignored(
+        self, tmp_path: Path, key: str
+    ) -> None:
+        path = front(tmp_path, f"{key}: [hr]")
+        with pytest.raises(IngestError, match=f"'{key}'") as info:
+            load_file(path, DEFAULTS)
+        assert "access" in info.value.reason
+
+    def test_ordinary_metadata_keys_are_not_mistaken_for_acls(
+        self, tmp_path: Path
+    ) -> None:
+        meta = "owner: ops\nkind: runbook\nurl: http://x\nallowance: 3\ntopics: [a]"
+        (doc,) = load_file(front(tmp_path, meta), DEFAULTS)
+        assert doc.principals == ("staff",)
+        assert set(doc.metadata) == {"owner", "kind", "url", "allowance", "topics"}
+
+    def test_acl_is_a_documented_alias_of_principals(self, tmp_path: Path) -> None:
+        (doc,) = load_file(front(tmp_path, "acl: [hr, finance]"), DEFAULTS)
+        assert doc.principals == ("finance", "hr")
+        assert "acl" not in doc.metadata
+
+    def test_a_comma_string_is_split_and_trimmed(self, tmp_path: Path) -> None:
+        (doc,) = load_file(front(tmp_path, "principals: ' hr , finance '"), DEFAULTS)
+        assert doc.principals == ("finance", "hr")
+
+    def test_an_absent_acl_takes_the_cli_default(self, tmp_path: Path) -> None:
+        (doc,) = load_file(front(tmp_path, "title: T"), DEFAULTS)
+        assert doc.principals == ("staff",)
+
+    def test_a_record_acl_replaces_the_cli_default(self, tmp_path: Path) -> None:
+        (doc,) = load_file(front(tmp_path, "principals: [hr]"), DEFAULTS)
+        assert doc.principals == ("hr",)
+
+    def test_public_true_is_the_explicit_public_marker(self, tmp_path: Path) -> None:
+        (doc,) = load_file(front(tmp_path, "public: true"), DEFAULTS)
+        assert doc.principals == ()
+        assert "public" not in doc.metadata
+
+    def test_public_false_keeps_the_cli_default(self, tmp_path: Path) -> None:
+        (doc,) = load_file(front(tmp_path, "public: false"), DEFAULTS)
+        assert doc.principals == ("staff",)
+
+    @pytest.mark.parametrize(
+        ("meta", "defaults", "reason"),
+        [
+            ("public: true\nprincipals: [hr]", DEFAULTS, "both"),
+            ("public: true\nacl: [hr]", DEFAULTS, "both"),
+            ('public: "yes"', DEFAULTS, "true or false"),
+            ("public:", DEFAULTS, "true or false"),
+            ("public: false", LoadDefaults(), "no principals"),
+        ],
+    )
+    def test_a_contradictory_public_marker_is_an_error(
+        self, tmp_path: Path, meta: str, defaults: LoadDefaults, reason: str
+    ) -> None:
+        with pytest.raises(IngestError, match=reason):
+            load_file(front(tmp_path, meta), defaults)
+
+    def test_an_empty_acl_in_front_matter_beats_no_sidecar_fallback(
+        self, tmp_path: Path
+    ) -> None:
+        path = front(tmp_path, 'principals: ""')
+        write(tmp_path / "acl.md.meta.json", json.dumps({"principals": ["hr"]}))
+        with pytest.raises(IngestError, match="empty"):
+            load_file(path, DEFAULTS)
+
+    def test_an_empty_acl_in_a_sidecar_is_an_error(self, tmp_path: Path) -> None:
+        path = write(tmp_path / "plain.txt", "text\n")
+        write(tmp_path / "plain.txt.meta.yaml", "principals: []\n")
+        with pytest.raises(IngestError, match="empty") as info:
+            load_file(path, DEFAULTS)
+        assert info.value.path == str(path)
+
+
+class TestTenantBoundary:
+    def test_a_record_naming_another_tenant_than_the_cli_is_an_error(
+        self, tmp_path: Path
+    ) -> None:
+        path = front(tmp_path, "tenant: globex")
+        with pytest.raises(IngestError, match="globex") as info:
+            load_file(path, LoadDefaults(tenant="acme"))
+        assert "acme" in info.value.reason and info.value.path == str(path)
+
+    def test_a_record_naming_the_cli_tenant_is_fine(self, tmp_path: Path) -> None:
+        (doc,) = load_file(front(tmp_path, "tenant: acme"), LoadDefaults(tenant="acme"))
+        assert doc.tenant == "acme"
+
+    def test_without_a_cli_tenant_the_record_names_its_own(
+        self, tmp_path: Path
+    ) -> None:
+        (doc,) = load_file(front(tmp_path, "tenant: globex"), LoadDefaults())
+        assert doc.tenant == "globex"
+
+    def test_an_empty_tenant_names_the_shared_scope_and_cannot_escape_the_cli(
+        self, tmp_path: Path
+    ) -> None:
+        (doc,) = load_file(front(tmp_path, 'tenant: ""'), LoadDefaults())
+        assert doc.tenant == ""
+        with pytest.raises(IngestError, match="tenant"):
+            load_file(front(tmp_path, 'tenant: ""'), LoadDefaults(tenant="acme"))
+
+    @pytest.mark.parametrize("meta", ['tenant: "  "', "tenant:", "tenant: [x]"])
+    def test_a_malformed_tenant_is_an_error(self, tmp_path: Path, meta: str) -> None:
+        with pytest.raises(IngestError, match="'tenant'"):
+            load_file(front(tmp_path, meta), LoadDefaults())
+
+
+class TestAccessControlInOtherFormats:
+    def test_html_meta_principals_and_tenant_are_applied(self, tmp_path: Path) -> None:
+        path = write(
+            tmp_path / "p.html",
+            '<html><head><meta name="principals" content="hr, finance">'
+            '<meta name="tenant" content="acme"><title>P</title></head>'
+            "<body><p>text</p></body></html>",
+        )
+        (doc,) = load_file(path, LoadDefaults(tenant="acme"))
+        assert doc.principals == ("finance", "hr") and doc.tenant == "acme"
+
+    @pytest.mark.parametrize(
+        ("head", "reason"),
+        [
+            ('<meta name="principals" content="">', "empty"),
+            ('<meta name="groups" content="hr">', "'groups'"),
+            ('<meta name="tenant" content="globex">', "globex"),
+            (
+                '<meta name="principals" content="hr">'
+                '<meta name="principals" content="x">',
+                "more than once",
+            ),
+        ],
+    )
+    def test_html_meta_acl_errors(self, tmp_path: Path, head: str, reason: str) -> None:
+        path = write(
+            tmp_path / "p.html",
+            f"<html><head>{head}</head><body><p>text</p></body></html>",
+        )
+        with pytest.raises(IngestError, match=reason):
+            load_file(path, LoadDefaults(tenant="acme"))
+
+    def test_unrelated_html_meta_is_ignored(self, tmp_path: Path) -> None:
+        path = write(
+            tmp_path / "p.html",
+            '<html><head><meta name="viewport" content="width=device-width">'
+            '<meta charset="utf-8"></head><body><p>text</p></body></html>',
+        )
+        (doc,) = load_file(path, DEFAULTS)
+        assert doc.principals == ("staff",) and doc.metadata == {}
+
+    @pytest.mark.parametrize(
+        ("record", "reason"),
+        [
+            ({"metadata": {"principals": ""}}, "empty"),
+            ({"metadata": {"principals": []}}, "empty"),
+            ({"metadata": {"principals": [], "acl": ["hr"]}}, "both"),
+            ({"metadata": {"roles": ["hr"]}}, "'roles'"),
+            ({"metadata": {"tenant": "globex"}}, "globex"),
+            ({"metadata": "hr"}, "'metadata' must be an object"),
+            ({"principals": ["hr"]}, "inside the record's 'metadata'"),
+            ({"tenant": "acme"}, "inside the record's 'metadata'"),
+        ],
+    )
+    def test_jsonl_record_acl_errors_name_the_line(
+        self, tmp_path: Path, record: dict[str, object], reason: str
+    ) -> None:
+        path = write(
+            tmp_path / "c.jsonl",
+            '{"_id": "ok", "text": "fine"}\n'
+            + json.dumps({"_id": "2", "text": "t", **record})
+            + "\n",
+        )
+        with pytest.raises(IngestError, match=reason) as info:
+            load_file(path, LoadDefaults(tenant="acme"))
+        assert info.value.path.endswith("c.jsonl:2")
