@@ -39,3 +39,7 @@ class IngestError(RetrievalPipelineError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class WriteConflictError(RetrievalPipelineError, ValueError):
+    """A write would replace a hidden document, or change who can read one."""

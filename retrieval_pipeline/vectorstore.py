@@ -7,44 +7,140 @@ index), with the store's tenant and principals and any metadata filter applied i
 the SQL, before ranking, exactly like the pipeline's own channels.
 
 Metadata filters: ``{"key": value}`` (equality) and ``{"key": {"$in": [...]}}`` /
-``{"$eq": value}``, all keys ANDed. Scores from ``similarity_search_with_score`` are
-cosine distances (lower is closer), as in ``PGVector``; relevance scores are
-``1 - distance``.
+``{"$eq": value}``, all keys ANDed; an empty ``$in`` matches nothing. Scores from
+``similarity_search_with_score`` are cosine distances (lower is closer), as in
+``PGVector``; relevance scores are ``1 - distance``. A search returns at most
+:data:`MAX_K` documents (pgvector's largest ``hnsw.ef_search``); a larger ``k`` is an
+:class:`~retrieval_pipeline.errors.InvalidQueryError` and MMR's ``fetch_k`` is
+clamped to it.
+
+Writes are authorised exactly like reads: a vector store sees, deletes and
+overwrites only documents of its tenant that are public or share one of its
+principals.
+
+- ``delete`` skips an id it cannot see just as it skips a missing one (both make it
+  return ``False``; the database does the same one locked lookup for both).
+- ``add_texts`` never overwrites a document it cannot see. Ids live in one key space
+  per tenant (``documents (tenant, source_id)`` is unique, and the pipeline, its
+  retriever and ``get_by_ids`` all address documents by that id), so we do not
+  namespace them per caller: that would give one id several documents and break
+  ``get_by_ids``/``delete`` for everyone who sees more than one. Instead an add under
+  a hidden id is refused with :class:`~retrieval_pipeline.errors.WriteConflictError`
+  ("id ... is not available"), the same error and text an add gets when a
+  concurrent writer claims a brand-new id first, before anything is embedded or
+  written. It says that the id is taken and nothing else (not the document's text,
+  metadata, principals or whether it is visible to anyone); callers that must not
+  learn even that let ``add_texts`` generate ids (UUIDs).
+- An overwrite never changes who can read a document. Without a ``principals`` key
+  in its metadata (or with ``None``) an overwrite keeps the stored principals;
+  naming principals is allowed only when they equal the stored ones (as a set:
+  ``"a, b"`` equals ``["b", "a"]``); anything else (other principals, or an empty
+  list to make it public) is refused. To change access, delete the document and add
+  it again. A new document takes its metadata's principals (none: public in the
+  tenant).
+- Every write re-checks these rules inside its own transaction, with the rows it
+  replaces locked, so a concurrent writer cannot slip a hidden document in between.
+
+Inputs PostgreSQL would reject become clear errors before any statement runs: NUL
+characters or lone surrogates in ids, texts, metadata or filters, and metadata or
+filter values that are not JSON (NaN included), are an ``InvalidQueryError``; a query vector of another dimension than the
+index's is a :class:`~retrieval_pipeline.errors.DimensionMismatchError`, one with
+NaN or infinite components an ``InvalidQueryError``.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import psycopg
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
+from retrieval_pipeline.errors import (
+    DimensionMismatchError,
+    InvalidQueryError,
+    WriteConflictError,
+)
 from retrieval_pipeline.ingest.job import Ingestor
 from retrieval_pipeline.ingest.langchain_postgres import parse_principals
 from retrieval_pipeline.ingest.loaders import SourceDocument
 from retrieval_pipeline.tools.embeddings import Embedder
-from retrieval_pipeline.tools.store.records import document_key
-from retrieval_pipeline.tools.store.store import AccessScope, Store
+from retrieval_pipeline.tools.store.records import DocumentRecord, document_key
+from retrieval_pipeline.tools.store.store import AccessScope, EmbeddingIndex, Store
 
 MAX_FILTER_COMBINATIONS = 256
+# pgvector's largest hnsw.ef_search (its GUC range is 1..1000): a search deeper than
+# the candidate list the graph walk keeps would be refused by the database.
+MAX_K = 1000
+# What metadata_filter returns for a filter no document can match (an empty $in).
+NO_MATCH = ("__no_match__",)
+
+
+def _require_storable(text: str, what: str) -> str:
+    """``text`` if PostgreSQL can store it (no NUL, valid UTF-8), else a clear error."""
+    if "\x00" in text:
+        raise InvalidQueryError(
+            f"{what} contains a NUL character (\\x00), which PostgreSQL cannot store"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidQueryError(
+            f"{what} is not valid Unicode: a lone surrogate at position {exc.start}"
+        ) from None
+    return text
+
+
+def _require_json(value: Any, what: str) -> None:
+    """Raise unless ``value`` is JSON that PostgreSQL's ``jsonb`` accepts."""
+    if isinstance(value, str):
+        _require_storable(value, what)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidQueryError(f"{what} is {value}: JSON has no NaN or infinity")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidQueryError(f"{what} has a non-string key {key!r}")
+            _require_storable(key, f"a key in {what}")
+            _require_json(item, what)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _require_json(item, what)
+    elif value is not None and not isinstance(value, bool | int):
+        raise InvalidQueryError(
+            f"{what} holds a {type(value).__name__}; use JSON values (strings, "
+            "numbers, booleans, null, lists, objects)"
+        )
 
 
 def metadata_filter(spec: dict[str, Any] | None) -> tuple[str, ...] | None:
-    """A LangChain-style filter as JSON containment objects (any one must match)."""
+    """A LangChain-style filter as JSON containment objects (any one must match).
+
+    :data:`NO_MATCH` when no document can match (an empty ``$in``).
+    """
     if not spec:
         return None
+    if not isinstance(spec, dict):
+        raise InvalidQueryError(
+            f"a filter is a dict of metadata keys, not a {type(spec).__name__}"
+        )
     choices: list[list[tuple[str, Any]]] = []
     for key, condition in spec.items():
+        if not isinstance(key, str):
+            raise InvalidQueryError(f"filter keys are strings, not {key!r}")
+        _require_storable(key, "a filter key")
         if key.startswith("$"):
-            raise ValueError(
+            raise InvalidQueryError(
                 f"unsupported filter operator {key}: use {{'key': value}} or "
                 "{'key': {'$in': [...]}} / {'$eq': value}"
             )
@@ -54,23 +150,80 @@ def metadata_filter(spec: dict[str, Any] | None) -> tuple[str, ...] | None:
             elif set(condition) == {"$in"} and isinstance(condition["$in"], list):
                 values = list(condition["$in"])
             else:
-                raise ValueError(
-                    f"unsupported filter on '{key}': {sorted(condition)}; "
+                raise InvalidQueryError(
+                    f"unsupported filter on '{key}': {sorted(map(str, condition))}; "
                     "supported: a value, {'$eq': value}, {'$in': [values]}"
                 )
         else:
             values = [condition]
-        if not values:
-            return ("__no_match__",)
+        _require_json(values, f"the filter on {key!r}")
         choices.append([(key, v) for v in values])
+    if not all(choices):
+        return NO_MATCH
     combos = list(
         itertools.islice(itertools.product(*choices), MAX_FILTER_COMBINATIONS + 1)
     )
     if len(combos) > MAX_FILTER_COMBINATIONS:
-        raise ValueError(
+        raise InvalidQueryError(
             f"the filter expands to more than {MAX_FILTER_COMBINATIONS} combinations"
         )
     return tuple(json.dumps(dict(combo), sort_keys=True) for combo in combos)
+
+
+def _unavailable(doc_id: str) -> WriteConflictError:
+    # One text for an id held by a hidden document and for an id a concurrent writer
+    # claimed first: neither says whether, or to whom, the holder is visible.
+    return WriteConflictError(
+        f"document id {doc_id!r} is not available: another document holds it, or one "
+        "is being written under it. Use another id, or leave ids out to have them "
+        "generated."
+    )
+
+
+def _access_changed(doc_id: str) -> WriteConflictError:
+    return WriteConflictError(
+        f"document {doc_id!r} exists with other principals, and an overwrite never "
+        "changes who can read a document: leave 'principals' out of its metadata to "
+        "keep them, or delete it and add it again to change them."
+    )
+
+
+class _CheckedWrites:
+    """The store as the vector store's ingestor sees it.
+
+    Every batch write re-checks, in its own transaction and with the rows locked,
+    that it replaces only visible documents and keeps their principals.
+    """
+
+    def __init__(self, store: Store, scope: AccessScope) -> None:
+        self._store = store
+        self._scope = scope
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def write_documents(self, docs: Sequence[DocumentRecord]) -> None:
+        def check(stored: dict[str, tuple[str, ...] | None]) -> None:
+            for doc in docs:
+                if doc.id not in stored:
+                    continue
+                acl = stored[doc.id]
+                if acl is None:
+                    raise _unavailable(doc.source_id)
+                if set(acl) != set(doc.acl):
+                    raise _access_changed(doc.source_id)
+
+        try:
+            self._store.write_documents_checked(docs, self._scope, check)
+        except psycopg.errors.UniqueViolation:
+            # A concurrent writer created one of these ids after our check. In a
+            # batch, re-raise: the ingestor then writes one by one to find which.
+            if len(docs) > 1:
+                raise
+            raise _unavailable(docs[0].source_id) from None
+
+    def write_document(self, doc: DocumentRecord) -> None:
+        self.write_documents([doc])
 
 
 class PipelineVectorStore(VectorStore):
@@ -80,7 +233,7 @@ class PipelineVectorStore(VectorStore):
         store: the pipeline's store.
         embedder: the pipeline's embedder (the index's model and dimension).
         tenant: the tenant this vector store reads and writes.
-        principals: the caller's ACL principals for searches.
+        principals: the caller's ACL principals, for searches and writes alike.
     """
 
     def __init__(
@@ -93,9 +246,12 @@ class PipelineVectorStore(VectorStore):
     ) -> None:
         self.store = store
         self.embedder = embedder
-        self.tenant = tenant
-        self.principals = tuple(principals)
-        self._ingestor = Ingestor(store, embedder)
+        self.tenant = _require_storable(tenant, "the tenant")
+        self.principals = tuple(_require_storable(p, "a principal") for p in principals)
+        self._index: EmbeddingIndex | None = None
+        self._ingestor = Ingestor(
+            cast(Store, _CheckedWrites(store, self._scope(None))), embedder
+        )
 
     @property
     def embeddings(self) -> Embeddings:
@@ -103,6 +259,12 @@ class PipelineVectorStore(VectorStore):
         return self.embedder.embeddings  # type: ignore[no-any-return]
 
     # --- writes -------------------------------------------------------------------
+    def _keys(self, ids: Sequence[str]) -> list[str]:
+        return [
+            document_key(self.tenant, _require_storable(i, "a document id"))
+            for i in ids
+        ]
+
     def add_texts(
         self,
         texts: Iterable[str],
@@ -113,17 +275,37 @@ class PipelineVectorStore(VectorStore):
     ) -> list[str]:
         """Ingest texts as documents (chunked, embedded); returns their ids.
 
-        A ``principals`` key in a text's metadata restricts who can find it (list or
-        comma-separated string); without it the text is public within the tenant.
+        A ``principals`` key in a new text's metadata restricts who can find it
+        (list or comma-separated string); without it the text is public within the
+        tenant. An overwrite keeps the stored principals (see the module docstring);
+        an id this store cannot see is refused with ``WriteConflictError``.
         """
         texts = list(texts)
         metadatas = metadatas or [{} for _ in texts]
         ids = [i or str(uuid.uuid4()) for i in (ids or [""] * len(texts))]
         if not len(texts) == len(metadatas) == len(ids):
             raise ValueError("texts, metadatas and ids must have the same length")
+        if len(set(ids)) < len(ids):
+            raise InvalidQueryError("add_texts got the same id twice")
+        for text, metadata in zip(texts, metadatas, strict=True):
+            _require_storable(text, "a text")
+            _require_json(metadata, "the metadata")
+        keys = self._keys(ids)
+        stored = self.store.document_access(keys, self._scope(None))
         now = datetime.now(UTC)
         sources = []
-        for text, metadata, doc_id in zip(texts, metadatas, ids, strict=True):
+        for text, metadata, doc_id, key in zip(
+            texts, metadatas, ids, keys, strict=True
+        ):
+            named = metadata.get("principals")
+            principals = parse_principals(named)
+            if key in stored:
+                kept = stored[key]
+                if kept is None:
+                    raise _unavailable(doc_id)
+                if named is not None and set(principals) != set(kept):
+                    raise _access_changed(doc_id)
+                principals = tuple(sorted(set(kept)))
             source_uri = str(metadata.get("source") or f"vectorstore:{doc_id}")
             sources.append(
                 SourceDocument(
@@ -135,7 +317,7 @@ class PipelineVectorStore(VectorStore):
                     body_start=0,
                     kind="langchain",
                     tenant=self.tenant,
-                    principals=parse_principals(metadata.get("principals") or None),
+                    principals=principals,
                     updated_at=now,
                     metadata=dict(metadata),
                 )
@@ -148,13 +330,16 @@ class PipelineVectorStore(VectorStore):
         return ids
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Delete documents by id (in this vector store's tenant)."""
+        """Delete documents by id; ``True`` when every one was deleted.
+
+        Only documents this store can see are deleted: an id it cannot see counts
+        as missing (``False``), exactly like an id that was never stored.
+        """
         if ids is None:
             raise ValueError("delete needs ids (deleting everything is not supported)")
-        deleted = [
-            self.store.delete_document(document_key(self.tenant, i)) for i in ids
-        ]
-        return all(deleted)
+        keys = self._keys(ids)
+        deleted = set(self.store.delete_visible_documents(keys, self._scope(None)))
+        return all(key in deleted for key in keys)
 
     @classmethod
     def from_texts(
@@ -188,14 +373,51 @@ class PipelineVectorStore(VectorStore):
             metadata=metadata_filter(filter),
         )
 
+    def _embedding_index(self) -> EmbeddingIndex | None:
+        if self._index is None:
+            self._index = self.store.embedding_index()
+        return self._index
+
+    def _query_vector(self, embedding: Sequence[float]) -> list[float]:
+        """The vector as floats, checked against the index's dimension."""
+        try:
+            vector = np.asarray(embedding, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InvalidQueryError("a query vector is a list of numbers") from None
+        index = self._embedding_index()
+        dimension = index.dimension if index else self.embedder.dimension
+        if vector.ndim != 1 or vector.shape[0] != dimension:
+            model = index.model if index else self.embedder.model
+            raise DimensionMismatchError(
+                f"the query vector has {vector.shape[-1] if vector.ndim else 0} "
+                f"dimensions, but this index stores {dimension}-dimensional "
+                f"embeddings from '{model}': embed the query with that model"
+            )
+        if not np.isfinite(vector).all():
+            raise InvalidQueryError(
+                "the query vector has NaN or infinite components; every component "
+                "must be a finite number"
+            )
+        return [float(v) for v in vector]
+
+    @staticmethod
+    def _check_k(k: int) -> None:
+        if k > MAX_K:
+            raise InvalidQueryError(
+                f"k={k} is too many: a search returns at most {MAX_K} documents "
+                f"(pgvector's largest hnsw.ef_search)"
+            )
+
     def _search(
         self, embedding: Sequence[float], k: int, filter: dict[str, Any] | None
     ) -> list[tuple[Document, float, str]]:
-        if k < 1:
-            return []
+        self._check_k(k)
+        vector = self._query_vector(embedding)
         scope = self._scope(filter)
+        if k < 1 or scope.metadata == NO_MATCH or self._embedding_index() is None:
+            return []
         hits = self.store.search_dense(
-            embedding, scope, depth=k, ef_search=max(40, 2 * k)
+            vector, scope, depth=k, ef_search=min(max(40, 2 * k), MAX_K)
         )
         rows = self.store.fetch_chunks([chunk_id for chunk_id, _ in hits], scope)
         metadata = self.store.document_metadata(
@@ -220,6 +442,9 @@ class PipelineVectorStore(VectorStore):
             out.append((doc, 1.0 - similarity, chunk_id))
         return out
 
+    def _embed_query(self, query: str) -> list[float]:
+        return list(self.embedder.embed_query(_require_storable(query, "the query")))
+
     def similarity_search_with_score(
         self,
         query: str,
@@ -228,7 +453,9 @@ class PipelineVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[tuple[Document, float]]:
         """Documents and cosine distances (lower is closer)."""
-        embedding = self.embedder.embed_query(query)
+        self._check_k(k)
+        metadata_filter(filter)  # a bad filter fails before the query is embedded
+        embedding = self._embed_query(query)
         return [(d, s) for d, s, _ in self._search(embedding, k, filter)]
 
     def similarity_search(
@@ -264,9 +491,11 @@ class PipelineVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[Document]:
         """MMR over the ``fetch_k`` nearest candidates (LangChain's own MMR)."""
-        embedding = self.embedder.embed_query(query)
+        self._check_k(k)
+        metadata_filter(filter)
+        embedding = self._embed_query(query)
         return self.max_marginal_relevance_search_by_vector(
-            list(embedding), k, fetch_k, lambda_mult, filter=filter
+            embedding, k, fetch_k, lambda_mult, filter=filter
         )
 
     def max_marginal_relevance_search_by_vector(
@@ -278,13 +507,15 @@ class PipelineVectorStore(VectorStore):
         filter: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> list[Document]:
-        """MMR by vector."""
-        candidates = self._search(embedding, max(fetch_k, k), filter)
+        """MMR by vector; ``fetch_k`` is clamped to :data:`MAX_K`."""
+        self._check_k(k)
+        vector = self._query_vector(embedding)
+        candidates = self._search(vector, min(max(fetch_k, k), MAX_K), filter)
         if not candidates:
             return []
         vectors = self.store.chunk_embeddings([c for _, _, c in candidates])
         chosen = maximal_marginal_relevance(
-            np.array(embedding, dtype=np.float32),
+            np.array(vector, dtype=np.float32),
             [vectors[c] for _, _, c in candidates],
             lambda_mult=lambda_mult,
             k=k,
@@ -293,6 +524,8 @@ class PipelineVectorStore(VectorStore):
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """Documents by id (whole document text), within the caller's access."""
+        for i in ids:
+            _require_storable(i, "a document id")
         found = self.store.documents_by_source_ids(list(ids), self._scope(None))
         return [
             Document(

@@ -368,3 +368,22 @@ DELETE_EXTRACTED_MENTIONS = """
 DELETE FROM mentions m USING documents d
 WHERE m.document_id = d.id AND m.origin = 'extracted' AND d.tenant = %(tenant)s {scope}
 """
+
+# --- scoped writes (vector-store API): a write is authorised like a read -----------
+# The stored documents under the given ids in the caller's tenant, and whether the
+# caller's principals may see each one. A hidden row's ACL never leaves the database.
+_STORED_DOCUMENT_ACCESS = """
+SELECT d.id, {acl} AS visible, CASE WHEN {acl} THEN d.acl END AS acl
+FROM documents d
+WHERE d.id = ANY(%(document_ids)s::text[]) AND {tenant}
+ORDER BY d.id
+"""
+_ACCESS_PARTS = {
+    "acl": sql.SQL(ACL_FILTER.format(a="d")),
+    "tenant": sql.SQL(TENANT_FILTER.format(a="d")),
+}
+STORED_DOCUMENT_ACCESS = sql.SQL(_STORED_DOCUMENT_ACCESS).format(**_ACCESS_PARTS)
+# The same rows locked in id order, when the check guards a delete or a write.
+STORED_DOCUMENT_ACCESS_FOR_UPDATE = sql.SQL(
+    _STORED_DOCUMENT_ACCESS + "FOR UPDATE\n"
+).format(**_ACCESS_PARTS)

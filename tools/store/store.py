@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -913,6 +913,65 @@ class Store:
         params = scope.params() | {"source_ids": list(source_ids)}
         with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             return list(cur.execute(statement, params).fetchall())
+
+    # --- scoped writes: a write is authorised like a read (vector-store API) --------
+    def document_access(
+        self, document_ids: Sequence[str], scope: AccessScope
+    ) -> dict[str, tuple[str, ...] | None]:
+        """Which of ``document_ids`` are stored in the scope's tenant.
+
+        Maps each stored one to its ACL when the scope's principals may see it and
+        to ``None`` when they may not (a hidden document's ACL is not read out).
+        """
+        if not document_ids:
+            return {}
+        with self.connection() as conn:
+            rows = conn.execute(
+                q.STORED_DOCUMENT_ACCESS,
+                scope.params() | {"document_ids": list(document_ids)},
+            ).fetchall()
+        return {r[0]: tuple(r[2]) if r[1] else None for r in rows}
+
+    def delete_visible_documents(
+        self, document_ids: Sequence[str], scope: AccessScope
+    ) -> list[str]:
+        """Delete those of ``document_ids`` the scope may see; return their ids.
+
+        Hidden and missing ids take the same path (one locked lookup that finds
+        nothing to delete), so the result cannot tell them apart.
+        """
+        with self.connection() as conn, conn.transaction():
+            rows = conn.execute(
+                q.STORED_DOCUMENT_ACCESS_FOR_UPDATE,
+                scope.params() | {"document_ids": list(document_ids)},
+            ).fetchall()
+            visible = [r[0] for r in rows if r[1]]
+            self._delete_documents(conn, visible)
+        return visible
+
+    def write_documents_checked(
+        self,
+        docs: Sequence[DocumentRecord],
+        scope: AccessScope,
+        check: Callable[[dict[str, tuple[str, ...] | None]], None],
+    ) -> None:
+        """:meth:`write_documents`, once ``check`` approves the rows it replaces.
+
+        ``check`` gets :meth:`document_access` of the documents, read and locked in
+        the writing transaction (so no concurrent writer can change them between
+        the check and the write), and raises to refuse; nothing is written then.
+        """
+        if not docs:
+            return
+        with self.connection() as conn, conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            rows = conn.execute(
+                q.STORED_DOCUMENT_ACCESS_FOR_UPDATE,
+                scope.params() | {"document_ids": [doc.id for doc in docs]},
+            ).fetchall()
+            check({r[0]: tuple(r[2]) if r[1] else None for r in rows})
+            self._delete_documents(conn, [doc.id for doc in docs])
+            self._insert_documents(conn, docs)
 
     def fetch_chunks(
         self, chunk_ids: Sequence[str], scope: AccessScope
