@@ -466,6 +466,59 @@ def _reliability_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _side_channels_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    t, corpus = result["timing"], result["corpus"]
+    lines = [
+        "## Side channels (`bench/side_channels.py`)",
+        "",
+        "What a caller who sees only public documents learns about hidden ones "
+        f"(issue 15), on a synthetic corpus ({corpus['public_documents']} public "
+        f"documents; {corpus['hidden_documents']} hidden ones, each hidden-only word "
+        f"in {corpus['hidden_documents_per_hidden_word']} of them); "
+        f"{result['machine']['cpus']} cores; measured {result['date']}.",
+        "",
+        "Timing: paired trials, each a word found only in hidden documents against a "
+        f"word found nowhere, each asked {t['requests_per_word']} times, interleaved; "
+        "the classifier calls the slower one hidden (chance 0.50, 95 % Wilson "
+        "interval). Before: the per-branch `lexical_ms` every debug block carried; "
+        "now only a debug grant gets it. After: the wall clock of the public call "
+        "alone, in process (the attacker's best case: no network jitter).",
+        "",
+        "| classifier | pairs | accuracy | median time, hidden / absent |",
+        "|---|---|---|---|",
+    ]
+    for key, label in (
+        ("before_debug_lexical_ms", "before: debug `lexical_ms`, median"),
+        ("after_wall_clock_median", "after: wall clock only, median"),
+        ("after_wall_clock_min", "after: wall clock only, minimum"),
+    ):
+        c = t[key]
+        lines.append(
+            f"| {label} | {c['pairs']} | **{c['accuracy']:.2f}** "
+            f"[{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] | "
+            f"{c['median_hidden_ms']:.2f} / {c['median_absent_ms']:.2f} ms |"
+        )
+    lines += [
+        "",
+        "Collection statistics (BM25 idf and length over the whole tenant, hidden "
+        "chunks included): the shift in the fused score of the public results of "
+        "queries made of a rare and a common word when one hidden document "
+        "containing both is added.",
+        "",
+        "| corpus | path | public results compared | max shift | median shift "
+        "| rank changes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for corpus_name, paths in result["score_shift"].items():
+        for path, v in paths.items():
+            lines.append(
+                f"| {corpus_name} | {path} | {v['results_compared']} | "
+                f"{v['max_abs_shift']:.4f} | {v['median_abs_shift']:.4f} | "
+                f"{v['rank_changes']} |"
+            )
+    return lines + [""]
+
+
 def write_benchmarks_md() -> Path:
     lines = [
         "# Benchmarks",
@@ -501,6 +554,9 @@ def write_benchmarks_md() -> Path:
     reliability = RESULTS / "reliability.json"
     if reliability.exists():
         lines += _reliability_section(json.loads(reliability.read_text()))
+    side_channels = RESULTS / "side_channels.json"
+    if side_channels.exists():
+        lines += _side_channels_section(json.loads(side_channels.read_text()))
     ingest = RESULTS / "ingest.json"
     if ingest.exists():
         lines += _ingest_section(json.loads(ingest.read_text()))

@@ -242,7 +242,8 @@ def _run_pipeline_step(graph: Any, dataset: BeirDataset, step: Step) -> StepResu
     for qid, text in sorted(dataset.queries.items()):
         started = time.perf_counter()
         out = graph.invoke(
-            {"question": text, "limit": LIMIT, "tenant": dataset.tenant},
+            # debug: the report's per-stage medians come from the debug block.
+            {"question": text, "limit": LIMIT, "tenant": dataset.tenant, "debug": True},
             context=step.context,
         )
         latencies.append((time.perf_counter() - started) * 1000)

@@ -30,14 +30,20 @@ from retrieval_pipeline.graph.state import (
     PipelineState,
     merge_debug,
 )
-from retrieval_pipeline.nodes._common import context_of
+from retrieval_pipeline.nodes._common import context_of, shows_debug
 from retrieval_pipeline.nodes.assemble_context import make_assemble_context
 from retrieval_pipeline.nodes.fuse_graph import make_fuse_graph
 from retrieval_pipeline.nodes.hybrid_retrieve import make_hybrid_retrieve
 from retrieval_pipeline.nodes.plain_retrieve import make_plain_retrieve
 from retrieval_pipeline.nodes.rerank import make_rerank
 from retrieval_pipeline.nodes.understand_query import make_understand_query
-from retrieval_pipeline.observability import emit_trace, trace_record, tracing_active
+from retrieval_pipeline.observability import (
+    emit_trace,
+    new_trace_key,
+    take_timings,
+    trace_record,
+    tracing_active,
+)
 
 ResourceSource = PipelineResources | Callable[[], PipelineResources]
 
@@ -155,16 +161,22 @@ def _with_summary(
                 "reranker_kind": seen.get(
                     "reranker_kind", resources.reranker_for(ctx.reranker).kind
                 ),
-                "index_revision": resources.store.index_revision(
-                    state.get("tenant") or ""
-                ),
             }
+            tracing = tracing_active()
+            revision = (
+                resources.store.index_revision(state.get("tenant") or "")
+                if tracing or shows_debug(state)
+                else None
+            )
+            if shows_debug(state):
+                summary["index_revision"] = revision
             update["retrieval_debug"] = {**summary, **update["retrieval_debug"]}
-            if tracing_active():
+            if tracing:
+                debug = merge_debug(seen, update["retrieval_debug"])
                 emit_trace(
                     trace_record(
                         state,
-                        merge_debug(seen, update["retrieval_debug"]),
+                        operator_debug(debug, state.get("trace_key"), revision),
                         update["chunks"],
                     )
                 )
@@ -182,17 +194,36 @@ def _traced_plain_retrieve(
     plain = make_plain_retrieve(resources)
 
     def plain_retrieve(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
-        update = plain(state, runtime)
-        if not tracing_active():
+        # The only stage of this path: it opens and closes the run's trace timings.
+        key = new_trace_key()
+        update = plain({**state, "trace_key": key}, runtime)
+        if key is None and not shows_debug(state):
             return update
-        debug = {
-            **update["retrieval_debug"],
-            "index_revision": resources.store.index_revision(state.get("tenant") or ""),
-        }
-        emit_trace(trace_record(state, debug, update["chunks"]))
+        revision = resources.store.index_revision(state.get("tenant") or "")
+        if shows_debug(state):
+            update["retrieval_debug"]["index_revision"] = revision
+        if key is not None:
+            debug = operator_debug(update["retrieval_debug"], key, revision)
+            emit_trace(trace_record(state, debug, update["chunks"]))
         return update
 
     return plain_retrieve
+
+
+def operator_debug(
+    debug: dict[str, Any], trace_key: str | None, revision: str | None
+) -> dict[str, Any]:
+    """The debug block as the operator trace sees it (never returned to a caller).
+
+    It holds the run's timings and the index revision, whatever the caller was shown.
+    """
+    timings = take_timings(trace_key)
+    return {
+        **debug,
+        "stage_ms": timings["stage_ms"] or debug.get("stage_ms", {}),
+        "branches": timings["branches"] or debug.get("branches", []),
+        "index_revision": revision,
+    }
 
 
 graph = build_pipeline()

@@ -12,9 +12,11 @@ from typing import Any, Literal
 
 from langgraph.types import Send
 
+from retrieval_pipeline.errors import InvalidQueryError
 from retrieval_pipeline.graph.context import Context
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import BranchInput, PipelineState
+from retrieval_pipeline.observability import new_trace_key
 from retrieval_pipeline.tools.retrieve import (
     CHANNELS,
     check_limit,
@@ -57,6 +59,8 @@ def branches(state: PipelineState) -> list[Send]:
     effective = state.get("effective_query") or question
     understanding: dict[str, Any] = state.get("understanding") or {}
     filters: dict[str, Any] = understanding.get("filters") or {}
+    # Without query understanding the branches are the run's first stage.
+    trace_key = state.get("trace_key") or new_trace_key()
 
     def branch(query: str, channels: list[str], name: str) -> BranchInput:
         return BranchInput(
@@ -71,6 +75,8 @@ def branches(state: PipelineState) -> list[Send]:
             boost_path_prefix=filters.get("path_prefix"),
             boost_title=filters.get("doc_title_contains"),
             boost_entity_types=list(filters.get("entity_types") or []),
+            debug=state.get("debug") is True,
+            trace_key=trace_key,
         )
 
     planned = [branch(effective, list(CHANNELS), "main")]
@@ -84,6 +90,8 @@ def branches(state: PipelineState) -> list[Send]:
 def validate_input(state: PipelineState) -> None:
     """Fail fast on a bad question or limit, before any stage runs."""
     clean_query(state.get("question"))
+    if "debug" in state and not isinstance(state["debug"], bool):
+        raise InvalidQueryError("debug must be true or false")
     if "limit" in state:
         check_limit(state["limit"])
     check_scope_values(

@@ -86,6 +86,11 @@ class PipelineInput(TypedDict):
     """ACL principals the caller holds; none means public documents only."""
     tenant: NotRequired[str | None]
     """Tenant scope; a tenant caller never sees another tenant's documents."""
+    debug: NotRequired[bool]
+    """Include timings, raw channel scores and the index revision (default False).
+
+    They are side channels: a timing or a raw BM25 score depends on documents the
+    caller cannot see (issue 15). Grant it to operators, never to end users."""
 
 
 class PipelineOutput(TypedDict):
@@ -109,6 +114,13 @@ class BranchInput(TypedDict):
     boost_path_prefix: NotRequired[str | None]
     boost_title: NotRequired[str | None]
     boost_entity_types: NotRequired[list[str]]
+    debug: NotRequired[bool]
+    trace_key: NotRequired[str | None]
+
+
+def keep_trace_key(left: str | None, right: str | None) -> str | None:
+    """Every branch of one run writes the same key; keep the first one seen."""
+    return left or right
 
 
 class PipelineState(TypedDict):
@@ -119,6 +131,11 @@ class PipelineState(TypedDict):
     doc_ids: NotRequired[list[str] | None]
     principals: NotRequired[list[str]]
     tenant: NotRequired[str | None]
+    debug: NotRequired[bool]
+    """Whether the caller may see timings, raw scores and the index revision."""
+    trace_key: Annotated[str | None, keep_trace_key]
+    """Opaque per-run key under which the operator trace collects timings
+    (:mod:`retrieval_pipeline.observability`); set only while tracing is active."""
     understanding: NotRequired[dict[str, Any] | None]
     """The judge's structured result, when understanding ran."""
     effective_query: NotRequired[str]

@@ -11,7 +11,7 @@ from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.context import Context, resolve_context
 from retrieval_pipeline.graph.resources import PipelineResources
-from retrieval_pipeline.observability import stage_event
+from retrieval_pipeline.observability import record_timings, stage_event
 from retrieval_pipeline.tools.retrieve import clean_query
 from retrieval_pipeline.tools.store.store import AccessScope
 
@@ -29,12 +29,23 @@ def context_of(runtime: Runtime[Any] | None) -> Context:
     return resolve_context(runtime.context if runtime is not None else None)
 
 
-@contextmanager
-def stage_timer(debug: dict[str, Any], stage: str) -> Iterator[None]:
-    """Record a stage's wall time (ms) into ``debug["stage_ms"][stage]``.
+def shows_debug(state: Mapping[str, Any]) -> bool:
+    """Whether the caller asked for (and may see) timings, raw scores and revisions."""
+    return state.get("debug") is True
 
-    Also streams ``{"retrieval_pipeline": {"stage", "status", "ms"}}`` custom events
-    at the start and end, so a UI can show which stage runs.
+
+@contextmanager
+def stage_timer(
+    debug: dict[str, Any], stage: str, state: Mapping[str, Any]
+) -> Iterator[None]:
+    """Time a stage for the operator trace, and for the caller only with debug.
+
+    The time goes into ``debug["stage_ms"][stage]`` only when the caller asked for
+    debug, and always into the operator trace (when one is being collected).
+
+    Also streams ``{"retrieval_pipeline": {"stage", "status"}}`` custom events at the
+    start and end, so a UI can show which stage runs; the end event carries ``ms``
+    only with debug (a stage's time depends on documents the caller cannot see).
     """
     stage_event(stage, "start")
     started = time.perf_counter()
@@ -42,8 +53,12 @@ def stage_timer(debug: dict[str, Any], stage: str) -> Iterator[None]:
         yield
     finally:
         elapsed = round((time.perf_counter() - started) * 1000, 3)
-        debug.setdefault("stage_ms", {})[stage] = elapsed
-        stage_event(stage, "end", elapsed)
+        record_timings(state.get("trace_key"), stage=stage, ms=elapsed)
+        if shows_debug(state):
+            debug.setdefault("stage_ms", {})[stage] = elapsed
+            stage_event(stage, "end", elapsed)
+        else:
+            stage_event(stage, "end")
 
 
 def fallback(stage: str, reason: str) -> dict[str, str]:

@@ -57,7 +57,7 @@ def make_assemble_context(
         ranked = sorted(pool.values(), key=lambda c: (-relevance(c), c["chunk_id"]))
         scope = access_scope(resources, state)
         debug: dict[str, Any] = {}
-        with stage_timer(debug, "assemble_context"):
+        with stage_timer(debug, "assemble_context", state):
             rows = resources.store.fetch_chunks([c["chunk_id"] for c in ranked], scope)
             ranked = [c for c in ranked if c["chunk_id"] in rows]
             result = assemble(

@@ -28,7 +28,7 @@ def make_fuse_graph(
         scope = access_scope(resources, state)
         pool = state.get("candidate_pool", {})
         debug: dict[str, Any] = {}
-        with stage_timer(debug, "fuse_graph"):
+        with stage_timer(debug, "fuse_graph", state):
             result = graph_fusion(
                 resources.retriever,
                 query_of(state),

@@ -9,7 +9,13 @@ from langgraph.runtime import Runtime
 
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import BranchInput, Candidate
-from retrieval_pipeline.nodes._common import access_scope, context_of, stage_timer
+from retrieval_pipeline.nodes._common import (
+    access_scope,
+    context_of,
+    shows_debug,
+    stage_timer,
+)
+from retrieval_pipeline.observability import record_timings
 from retrieval_pipeline.tools.boosts import SoftScope, apply_soft_scope
 from retrieval_pipeline.tools.retrieve import RetrievalTrace
 
@@ -26,7 +32,7 @@ def make_hybrid_retrieve(
         debug: dict[str, Any] = {}
         trace = RetrievalTrace()
         weights = {"lexical": ctx.lexical_weight, "dense": ctx.dense_weight}
-        with stage_timer(debug, "hybrid_retrieve"):
+        with stage_timer(debug, "hybrid_retrieve", branch):
             fused = retriever.fused(
                 branch["query"],
                 scope,
@@ -53,17 +59,29 @@ def make_hybrid_retrieve(
             }
             for chunk_id, score, ranks in fused[: ctx.candidate_pool]
         }
+        timings = {
+            "lexical_ms": round(trace.lexical_ms, 3),
+            "lexical_mode": trace.lexical_mode,
+            "dense_ms": round(trace.dense_ms, 3),
+            "embed_ms": round(trace.embed_ms, 3),
+        }
+        record_timings(
+            branch.get("trace_key"), branch={"branch": branch["branch"], **timings}
+        )
+        # Timings and the lexical mode depend on postings the caller cannot see:
+        # debug only (issue 15). The candidate count is over visible chunks.
         debug["branches"] = [
             {
                 "branch": branch["branch"],
                 "channels": list(branch["channels"]),
                 "candidates": len(pool),
-                "lexical_ms": round(trace.lexical_ms, 3),
-                "lexical_mode": trace.lexical_mode,
-                "dense_ms": round(trace.dense_ms, 3),
-                "embed_ms": round(trace.embed_ms, 3),
+                **(timings if shows_debug(branch) else {}),
             }
         ]
-        return {"candidate_pool": pool, "retrieval_debug": debug}
+        return {
+            "candidate_pool": pool,
+            "retrieval_debug": debug,
+            "trace_key": branch.get("trace_key"),
+        }
 
     return hybrid_retrieve

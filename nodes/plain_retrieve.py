@@ -10,7 +10,9 @@ from langgraph.runtime import Runtime
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import PipelineState
-from retrieval_pipeline.nodes._common import context_of, stage_timer
+from retrieval_pipeline.nodes._common import context_of, shows_debug, stage_timer
+from retrieval_pipeline.observability import record_timings
+from retrieval_pipeline.tools.retrieve import RetrievalTrace
 
 
 def make_plain_retrieve(
@@ -29,7 +31,8 @@ def make_plain_retrieve(
             "sub_queries": [],
             "path": "plain_retrieve",
         }
-        with stage_timer(debug, "plain_retrieve"):
+        trace = RetrievalTrace()
+        with stage_timer(debug, "plain_retrieve", state):
             chunks = resources.retriever.retrieve(
                 state["question"],
                 limit=state.get("limit", DEFAULT_LIMIT),
@@ -37,7 +40,18 @@ def make_plain_retrieve(
                 principals=state.get("principals") or [],
                 tenant=state.get("tenant"),
                 depth=ctx.channel_depth,
+                trace=trace,
+                debug=shows_debug(state),
             )
+        record_timings(
+            state.get("trace_key"),
+            branch={
+                "branch": "plain",
+                "lexical_ms": round(trace.lexical_ms, 3),
+                "dense_ms": round(trace.dense_ms, 3),
+                "embed_ms": round(trace.embed_ms, 3),
+            },
+        )
         output = [{**c.to_dict(), "graph_boosted": False} for c in chunks]
         debug["assembled_tokens"] = sum(c.token_count for c in chunks)
         debug["token_method"] = "stored"

@@ -37,7 +37,7 @@ def make_rerank(
         top = sorted(pool.values(), key=lambda c: (-c["score"], c["chunk_id"]))
         scope = access_scope(resources, state)
         updates: dict[str, Candidate] = {}
-        with stage_timer(debug, "rerank"):
+        with stage_timer(debug, "rerank", state):
             rows = resources.store.fetch_chunks([c["chunk_id"] for c in top], scope)
             top = [c for c in top if c["chunk_id"] in rows]
             query = query_of(state)

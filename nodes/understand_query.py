@@ -10,6 +10,7 @@ from langgraph.runtime import Runtime
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import PipelineState
 from retrieval_pipeline.nodes._common import context_of, fallback, stage_timer
+from retrieval_pipeline.observability import new_trace_key
 from retrieval_pipeline.tools.judge import JudgeError, understand
 from retrieval_pipeline.tools.retrieve import clean_query
 
@@ -21,9 +22,11 @@ def make_understand_query(
 
     def understand_query(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
         question = clean_query(state["question"])
+        # The first stage of the run: it opens the operator trace's timing entry.
+        trace_key = state.get("trace_key") or new_trace_key()
         debug: dict[str, Any] = {}
         understanding = None
-        with stage_timer(debug, "understand_query"):
+        with stage_timer(debug, "understand_query", {**state, "trace_key": trace_key}):
             try:
                 understanding = understand(
                     resources.judge,
@@ -38,6 +41,7 @@ def make_understand_query(
                 "understanding": None,
                 "effective_query": question,
                 "retrieval_debug": debug,
+                "trace_key": trace_key,
             }
         rewrite = (
             clean_query(understanding.rewrite) if understanding.rewrite else question
@@ -53,6 +57,7 @@ def make_understand_query(
             "understanding": understanding.model_dump(),
             "effective_query": rewrite,
             "retrieval_debug": debug,
+            "trace_key": trace_key,
         }
 
     return understand_query

@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument(
         "--json", action="store_true", help="print the machine-readable form"
     )
+    query.add_argument(
+        "--debug",
+        action="store_true",
+        help="include timings, raw channel scores and the index revision (they "
+        "depend on documents the caller cannot see: for operators)",
+    )
 
     evaluate = sub.add_parser(
         "eval",
@@ -361,6 +367,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
             "principals": args.principals,
             "tenant": args.tenant,
             "doc_ids": args.doc_ids,
+            "debug": args.debug,
         }
         output = build_pipeline(resources).invoke(state, context=context)
     if args.json:

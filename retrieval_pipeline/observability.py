@@ -15,6 +15,12 @@ text, principal names or any secret, so it is safe to ship to a log store:
   metrics use.
 
 When none of these is active, no record is built and nothing extra runs.
+
+Timings are operator data: they reveal how much work the caller's query did over
+documents the caller cannot see (issue 15). The pipeline returns them to a caller only
+with ``debug``; for the trace, nodes report them here under the run's opaque
+``trace_key`` (:func:`record_timings`), and the last node collects them
+(:func:`take_timings`), so they never enter the graph state a stream exposes.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +68,52 @@ def tracing_active() -> bool:
         or bool(_listeners)
         or _otel_provider() is not None
     )
+
+
+_PENDING_RUNS = 1024
+"""Runs whose timings wait for their trace record; a run that failed midway never
+collects its entry, so the oldest are dropped past this bound."""
+_pending: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_pending_lock = threading.Lock()
+
+
+def new_trace_key() -> str | None:
+    """A fresh opaque key for one run's timings; None when nobody reads traces."""
+    return "t_" + uuid.uuid4().hex if tracing_active() else None
+
+
+def record_timings(
+    key: str | None,
+    *,
+    stage: str | None = None,
+    ms: float = 0.0,
+    branch: Mapping[str, Any] | None = None,
+) -> None:
+    """Add to a run's pending trace timings; a no-op without a key.
+
+    ``stage``/``ms``: a stage's milliseconds (summed over branches); ``branch``: one
+    branch's channel timings.
+    """
+    if not key:
+        return
+    with _pending_lock:
+        timings = _pending.setdefault(key, {"stage_ms": {}, "branches": []})
+        _pending.move_to_end(key)
+        if stage is not None:
+            stage_ms = timings["stage_ms"]
+            stage_ms[stage] = round(stage_ms.get(stage, 0.0) + ms, 3)
+        if branch is not None:
+            timings["branches"].append(dict(branch))
+        while len(_pending) > _PENDING_RUNS:
+            _pending.popitem(last=False)
+
+
+def take_timings(key: str | None) -> dict[str, Any]:
+    """Remove and return a run's timings: ``stage_ms`` and per-branch channel ms."""
+    if not key:
+        return {"stage_ms": {}, "branches": []}
+    with _pending_lock:
+        return _pending.pop(key, None) or {"stage_ms": {}, "branches": []}
 
 
 def _otel_provider() -> Any | None:

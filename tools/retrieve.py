@@ -430,8 +430,14 @@ class Retriever:
         depth: int | None = None,
         trace: RetrievalTrace | None = None,
         query_embedding: Sequence[float] | None = None,
+        debug: bool = False,
     ) -> list[RetrievedChunk]:
-        """Return up to ``limit`` chunks ranked by the fusion of both channels."""
+        """Return up to ``limit`` chunks ranked by the fusion of both channels.
+
+        ``debug`` adds each chunk's raw channel scores (``channel_scores``). They are
+        off by default: a raw BM25 score carries the tenant-wide idf, from which a
+        caller could count the chunks it cannot see that contain a word (issue 15).
+        """
         query = clean_query(question)
         limit = check_limit(limit)
         trace = trace if trace is not None else RetrievalTrace()
@@ -483,7 +489,7 @@ class Retriever:
                     channel_scores={
                         c: scores[c][chunk_id]
                         for c in CHANNELS
-                        if chunk_id in scores[c]
+                        if debug and chunk_id in scores[c]
                     },
                 )
             )
@@ -511,8 +517,14 @@ def retrieve(
     principals: Sequence[str] = (),
     tenant: str | None = None,
     retriever: Retriever | None = None,
+    debug: bool = False,
 ) -> list[RetrievedChunk]:
     """Hybrid retrieve with the configured store and embedder (:class:`Retriever`)."""
     return (retriever or default_retriever()).retrieve(
-        question, limit=limit, doc_ids=doc_ids, principals=principals, tenant=tenant
+        question,
+        limit=limit,
+        doc_ids=doc_ids,
+        principals=principals,
+        tenant=tenant,
+        debug=debug,
     )

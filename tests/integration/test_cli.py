@@ -34,7 +34,16 @@ class TestCli:
         self, ingested: Store, capsys: pytest.CaptureFixture[str]
     ) -> None:
         assert (
-            main(["query", "who leads the identity team", "--json", "--limit", "2"])
+            main(
+                [
+                    "query",
+                    "who leads the identity team",
+                    "--json",
+                    "--limit",
+                    "2",
+                    "--debug",
+                ]
+            )
             == 0
         )
         payload = json.loads(capsys.readouterr().out)
@@ -60,6 +69,20 @@ class TestCli:
         }
         assert expected <= set(debug)
         assert debug["rerankerKind"] == "none" and debug["reranked"] is False
+
+    @pytest.mark.parametrize("path", [[], ["--no-graph", "--no-understanding"]])
+    def test_query_json_leaves_out_timings_scores_and_revision_without_debug(
+        self, ingested: Store, capsys: pytest.CaptureFixture[str], path: list[str]
+    ) -> None:
+        args = ["query", "who leads the identity team", "--json", "--limit", "2"]
+        assert main([*args, "--reranker", "none", *path]) == 0
+        payload = json.loads(capsys.readouterr().out)
+        debug = payload["retrievalDebug"]
+        assert not {"stageMs", "indexRevision", "lexicalMode"} & set(debug)
+        for branch in debug.get("branches", []):
+            assert not [k for k in branch if k.endswith("Ms")]
+        assert payload["chunks"]
+        assert all("channel_scores" not in c for c in payload["chunks"])
 
     def test_principals_unlock_restricted_documents(
         self, ingested: Store, capsys: pytest.CaptureFixture[str]

@@ -35,11 +35,6 @@ def nodes_run(graph: Any, state: dict[str, Any], context: Any) -> list[str]:
     return ran
 
 
-def without_timings(debug: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in debug.items() if k not in ("stage_ms", "branches")}
-    return out
-
-
 class TestRouting:
     @pytest.mark.parametrize(
         ("judge", "understanding", "graph_fusion", "reranker", "expected"),
@@ -161,9 +156,8 @@ class TestIdentityAndDeterminism:
         ]
         first, second = (json.dumps(r["chunks"], sort_keys=True) for r in runs)
         assert first == second
-        assert without_timings(runs[0]["retrieval_debug"]) == without_timings(
-            runs[1]["retrieval_debug"]
-        )
+        # Without debug the block holds no timings, so all of it reproduces.
+        assert runs[0]["retrieval_debug"] == runs[1]["retrieval_debug"]
 
 
 class TestUnderstanding:

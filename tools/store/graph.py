@@ -3,11 +3,11 @@
 1. Seed entities: those mentioned in the seed documents, rolled up to their canonical
    entity, served lifecycle only. Each carries the retrieval score of the strongest
    seed that mentions it; the top 8 by that score, then by mention count, are kept.
-2. Frontier expansion, 1-2 hops, over two kinds of edge: typed relations, and "the
-   home document of A mentions B" (how a wiki page links its neighbours). A
+2. Frontier expansion, 1-2 hops, over two kinds of edge: typed relations, and "A's
+   own page (a document titled A) mentions B" (how a wiki page links its neighbours). A
    neighbour's weight is damped by the inverse log of its degree, so hubs cannot
    dominate, and each hop keeps at most ``frontier_cap`` entities, which bounds cost.
-3. Resolution: entities to documents. An entity's own page (home document) carries
+3. Resolution: entities to documents. An entity's own page carries
    the entity's weight; a page that mentions it, that weight over log2(1 + the
    number of pages mentioning it). A seed that would gain nothing is left out.
 
@@ -19,6 +19,13 @@ name declared only by a hidden document (its title, say) would otherwise connect
 visible documents and betray that the hidden one exists. An entity reached through
 such an 'extracted' mention is followed only when a document the caller may see
 attests it (a title or explicit mention, or a relation); see ``_attested``.
+
+Curation follows the same rule (issue 15): an entity's lifecycle, the canonical entity
+it is an alias of, and its type apply to a caller only when a document the caller may
+see declares them, and each goes with its document (``entity_curation``, migration
+005; see ``_curation``). The columns on ``entities`` are ingest's last write and are
+never read here. An entity's own page is likewise any visible document titled with
+its name, not the last one ingest recorded.
 """
 
 from __future__ import annotations
@@ -55,21 +62,62 @@ def _attested(entity: str) -> sql.Composable:
     )
 
 
+def _curation(entity: str) -> sql.Composable:
+    """SQL: one row ``(canonical, lifecycle, type)``, ``entity`` as the caller sees it.
+
+    Each value is the newest declaration (by ingest time, then document id) made by a
+    document the caller may see, else the default: its own canonical, ``served``,
+    ``thing``. A declaration in a document the caller cannot see changes nothing for
+    that caller, and it goes with its document (migration 005). Access only, not the
+    document scope, as for attestation. For ``CROSS JOIN LATERAL (...)``.
+    """
+    visible = _VISIBLE.format(a="cur_d")
+
+    def newest(column: str) -> str:
+        return (
+            f"(SELECT cur.{column} FROM entity_curation cur"
+            f" JOIN documents cur_d ON cur_d.id = cur.document_id"
+            f" WHERE cur.entity_id = {entity} AND cur.{column} IS NOT NULL"
+            f" AND {visible} ORDER BY cur_d.ingested_at DESC, cur_d.id DESC LIMIT 1)"
+        )
+
+    return sql.SQL(
+        f"SELECT coalesce({newest('canonical_id')}, {entity}) AS canonical,"
+        f" coalesce({newest('lifecycle')}, 'served') AS lifecycle,"
+        f" coalesce({newest('type')}, 'thing') AS type"
+    )
+
+
+def _members(ids: str) -> sql.Composable:
+    """SQL rows ``(id, canonical)``: the entities ``ids`` and the aliases followed.
+
+    Each canonical entity of the ``text[]`` expression ``ids`` maps to itself, and each
+    entity the caller sees declared an alias of one of them maps to that one.
+    """
+    return sql.SQL(
+        """SELECT i.id, i.id AS canonical FROM unnest({ids}) AS i(id)
+    UNION
+    SELECT x.entity_id, x.canonical_id FROM entity_curation x
+    CROSS JOIN LATERAL ({curation}) xc
+    WHERE x.canonical_id = ANY({ids}) AND xc.canonical = x.canonical_id"""
+    ).format(ids=sql.SQL(ids), curation=_curation("x.entity_id"))
+
+
 SEED_ENTITIES = sql.SQL(
     """
 WITH seeds AS (
     SELECT * FROM unnest(%(seed_docs)s::text[], %(seed_scores)s::float8[])
         AS s(document_id, score)
 )
-SELECT coalesce(e.canonical_id, e.id) AS entity_id, max(s.score) AS weight,
+SELECT ec.canonical AS entity_id, max(s.score) AS weight,
        sum(m.count)::float8 AS mentions
 FROM mentions m
 JOIN seeds s ON s.document_id = m.document_id
 JOIN documents d ON d.id = m.document_id
-JOIN entities e ON e.id = m.entity_id
-LEFT JOIN entities c ON c.id = e.canonical_id
+CROSS JOIN LATERAL ({curation_e}) ec
+CROSS JOIN LATERAL ({curation_c}) cc  -- the canonical's own curation
 WHERE {doc_filter}
-  AND e.lifecycle = 'served' AND coalesce(c.lifecycle, 'served') = 'served'
+  AND ec.lifecycle = 'served' AND cc.lifecycle = 'served'
   AND (m.origin <> 'extracted' OR {attested_e})
 GROUP BY 1
 ORDER BY weight DESC, mentions DESC, entity_id
@@ -82,35 +130,33 @@ NEIGHBOURS = sql.SQL(
 WITH frontier AS (
     SELECT * FROM unnest(%(ids)s::text[], %(weights)s::float8[]) AS f(entity_id, weight)
 ),
-members AS (  -- the frontier's canonical entities and their aliases
-    SELECT e.id, coalesce(e.canonical_id, e.id) AS canonical
-    FROM entities e
-    WHERE e.id = ANY(%(ids)s::text[]) OR e.canonical_id = ANY(%(ids)s::text[])
+members AS (  -- the frontier's canonical entities and the aliases the caller follows
+    {members}
 ),
 relation_edges AS (
-    SELECT ms.canonical AS src, coalesce(t.canonical_id, t.id) AS dst,
-           r.weight::float8 AS w
+    SELECT ms.canonical AS src, tc.canonical AS dst, r.weight::float8 AS w
     FROM relations r
     JOIN members ms ON ms.id = r.source_id
-    JOIN entities t ON t.id = r.target_id
     JOIN documents d ON d.id = r.document_id
-    WHERE t.lifecycle = 'served' AND {doc_filter}
+    CROSS JOIN LATERAL ({curation_target}) tc
+    WHERE tc.lifecycle = 'served' AND {doc_filter}
     UNION ALL
-    SELECT mt.canonical, coalesce(s.canonical_id, s.id), r.weight::float8
+    SELECT mt.canonical, sc.canonical, r.weight::float8
     FROM relations r
     JOIN members mt ON mt.id = r.target_id
-    JOIN entities s ON s.id = r.source_id
     JOIN documents d ON d.id = r.document_id
-    WHERE s.lifecycle = 'served' AND {doc_filter}
+    CROSS JOIN LATERAL ({curation_source}) sc
+    WHERE sc.lifecycle = 'served' AND {doc_filter}
 ),
-page_edges AS (  -- the home document of a frontier entity mentions another entity
-    SELECT h.id AS src, coalesce(o.canonical_id, o.id) AS dst,
+page_edges AS (  -- a frontier entity's own page (its title) mentions another entity
+    SELECT hm.entity_id AS src, oc.canonical AS dst,
            least(m.count, 3)::float8 / 3 AS w
-    FROM entities h
-    JOIN documents d ON d.id = h.home_document_id
-    JOIN mentions m ON m.document_id = h.home_document_id
-    JOIN entities o ON o.id = m.entity_id
-    WHERE h.id = ANY(%(ids)s::text[]) AND o.lifecycle = 'served' AND {doc_filter}
+    FROM mentions hm
+    JOIN documents d ON d.id = hm.document_id
+    JOIN mentions m ON m.document_id = hm.document_id
+    CROSS JOIN LATERAL ({curation_o}) oc
+    WHERE hm.entity_id = ANY(%(ids)s::text[]) AND hm.origin = 'title'
+      AND oc.lifecycle = 'served' AND {doc_filter}
       AND (m.origin <> 'extracted' OR {attested_o})
 ),
 edges AS (
@@ -122,19 +168,22 @@ candidates AS (
     WHERE e.dst <> ALL(%(exclude)s::text[])
     GROUP BY e.dst
 ),
-degree AS (  -- visible documents mentioning each candidate
-    SELECT c.entity_id, count(DISTINCT m.document_id) AS n
-    FROM candidates c
-    JOIN entities a ON a.id = c.entity_id OR a.canonical_id = c.entity_id
+candidate_members AS (
+    {candidate_members}
+),
+degree AS (  -- visible documents mentioning each candidate (through any alias)
+    SELECT a.canonical AS entity_id, count(DISTINCT m.document_id) AS n
+    FROM candidate_members a
     JOIN mentions m ON m.entity_id = a.id
     JOIN documents d ON d.id = m.document_id
     WHERE {doc_filter}
-    GROUP BY c.entity_id
+    GROUP BY a.canonical
 )
 SELECT c.entity_id, c.raw / ln(2 + coalesce(g.n, 0)) AS weight
 FROM candidates c
-JOIN entities ce ON ce.id = c.entity_id AND ce.lifecycle = 'served'
+CROSS JOIN LATERAL ({curation_c}) ce
 LEFT JOIN degree g ON g.entity_id = c.entity_id
+WHERE ce.lifecycle = 'served'
 ORDER BY weight DESC, c.entity_id
 LIMIT %(cap)s
 """
@@ -149,11 +198,8 @@ seeds AS (
     SELECT * FROM unnest(%(seed_docs)s::text[], %(seed_scores)s::float8[])
         AS s(document_id, score)
 ),
-members AS (  -- the entities, and those of their aliases the caller may follow
-    SELECT e.id, coalesce(e.canonical_id, e.id) AS canonical, e.home_document_id
-    FROM entities e
-    WHERE e.id = ANY(%(ids)s::text[])
-       OR (e.canonical_id = ANY(%(ids)s::text[]) AND {attested_e})
+members AS (  -- the entities, and the aliases the caller follows to them
+    {members}
 ),
 mentioning AS (  -- visible documents mentioning each entity (through any alias)
     SELECT m.canonical, mn.document_id
@@ -166,11 +212,12 @@ mentioning AS (  -- visible documents mentioning each entity (through any alias)
 degree AS (
     SELECT canonical, count(*) AS n FROM mentioning GROUP BY canonical
 ),
-evidence AS (  -- an entity's own page carries its weight; a page that mentions it,
-               -- the weight damped by the inverse log of the entity's degree
-    SELECT m.home_document_id AS document_id, w.weight AS score
-    FROM members m JOIN weighted w ON w.entity_id = m.canonical
-    WHERE m.home_document_id IS NOT NULL
+evidence AS (  -- an entity's own page (its title) carries its weight; a page that
+               -- mentions it, the weight damped by the inverse log of its degree
+    SELECT hm.document_id, w.weight AS score
+    FROM members m
+    JOIN mentions hm ON hm.entity_id = m.id AND hm.origin = 'title'
+    JOIN weighted w ON w.entity_id = m.canonical
     UNION ALL
     SELECT mg.document_id, w.weight / log(2.0, 1 + g.n::numeric)::float8
     FROM mentioning mg
@@ -196,14 +243,33 @@ MENTIONING_TYPES = sql.SQL(
 SELECT DISTINCT m.document_id
 FROM mentions m
 JOIN documents d ON d.id = m.document_id
-JOIN entities e ON e.id = m.entity_id
-LEFT JOIN entities c ON c.id = e.canonical_id
+CROSS JOIN LATERAL ({curation_e}) ec
+CROSS JOIN LATERAL ({curation_c}) cc  -- the canonical's own curation
 WHERE m.document_id = ANY(%(docs)s::text[]) AND {doc_filter}
-  AND e.lifecycle = 'served' AND coalesce(c.lifecycle, 'served') = 'served'
-  AND lower(coalesce(c.type, e.type)) = ANY(%(types)s::text[])
+  AND ec.lifecycle = 'served' AND cc.lifecycle = 'served'
+  AND lower(cc.type) = ANY(%(types)s::text[])
   AND (m.origin <> 'extracted' OR {attested_e})
 """
 )
+
+# Each statement's curation and attestation fragments (the caller's access filter
+# and document scope are added per call).
+_SEED_PARTS = {
+    "curation_e": _curation("m.entity_id"),
+    "curation_c": _curation("ec.canonical"),
+    "attested_e": _attested("m.entity_id"),
+}
+_NEIGHBOUR_PARTS = {
+    "members": _members("%(ids)s::text[]"),
+    "curation_target": _curation("r.target_id"),
+    "curation_source": _curation("r.source_id"),
+    "curation_o": _curation("m.entity_id"),
+    "attested_o": _attested("m.entity_id"),
+    "candidate_members": _members("ARRAY(SELECT entity_id FROM candidates)"),
+    "curation_c": _curation("c.entity_id"),
+}
+_DOCUMENT_PARTS = {"members": _members("%(ids)s::text[]")}
+_TYPE_PARTS = _SEED_PARTS
 
 
 @dataclass(frozen=True)
@@ -264,9 +330,7 @@ class GraphStore:
             seeds = [
                 (r[0], float(r[1]))
                 for r in conn.execute(
-                    SEED_ENTITIES.format(
-                        doc_filter=doc_filter, attested_e=_attested("e.id")
-                    ),
+                    SEED_ENTITIES.format(doc_filter=doc_filter, **_SEED_PARTS),
                     params | seed_params | {"top": top_entities},
                 ).fetchall()
             ]
@@ -275,9 +339,7 @@ class GraphStore:
             frontier = list(seeds)
             reached: dict[str, float] = dict(frontier)
             hops: list[list[tuple[str, float]]] = []
-            statement = NEIGHBOURS.format(
-                doc_filter=doc_filter, attested_o=_attested("o.id")
-            )
+            statement = NEIGHBOURS.format(doc_filter=doc_filter, **_NEIGHBOUR_PARTS)
             for _ in range(max_hops - 1):
                 if not frontier:
                     break
@@ -299,9 +361,7 @@ class GraphStore:
             documents = [
                 (r[0], float(r[1]))
                 for r in conn.execute(
-                    ENTITY_DOCUMENTS.format(
-                        doc_filter=doc_filter, attested_e=_attested("e.id")
-                    ),
+                    ENTITY_DOCUMENTS.format(doc_filter=doc_filter, **_DOCUMENT_PARTS),
                     params
                     | seed_params
                     | {
@@ -325,9 +385,7 @@ class GraphStore:
         wanted = sorted({t.strip().casefold() for t in types if t and t.strip()})
         if not document_ids or not wanted:
             return set()
-        statement = MENTIONING_TYPES.format(
-            doc_filter=_DOC_FILTER, attested_e=_attested("e.id")
-        )
+        statement = MENTIONING_TYPES.format(doc_filter=_DOC_FILTER, **_TYPE_PARTS)
         params = scope.params() | {"docs": list(document_ids), "types": wanted}
         with self.store.connection() as conn:
             return {r[0] for r in conn.execute(statement, params).fetchall()}

@@ -123,10 +123,15 @@ class RetrievedChunk:
     score: float  # fused score (RRF)
     ranks: dict[str, int] = field(default_factory=dict)  # 1-based rank per channel
     channel_scores: dict[str, float] = field(default_factory=dict)
+    """Raw score per channel; filled only on request (``debug``): see issue 15."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form (snake_case keys, ISO timestamps)."""
-        return {
+        """Return the JSON form (snake_case keys, ISO timestamps).
+
+        ``channel_scores`` appears only when filled, so a chunk has the same keys
+        on the plain path as on the pipeline's.
+        """
+        out = {
             "chunk_id": self.chunk_id,
             "document_id": self.document_id,
             "title": self.title,
@@ -143,5 +148,7 @@ class RetrievedChunk:
             "updated_at": self.updated_at.isoformat(),
             "score": self.score,
             "ranks": dict(self.ranks),
-            "channel_scores": dict(self.channel_scores),
         }
+        if self.channel_scores:
+            out["channel_scores"] = dict(self.channel_scores)
+        return out

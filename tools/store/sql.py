@@ -345,6 +345,18 @@ ON CONFLICT (entity_id, document_id, coalesce(chunk_id, ''), origin)
 DO UPDATE SET count = EXCLUDED.count
 """
 
+# One document's curation of one entity; NULL columns declare nothing. A document
+# that declares an entity twice keeps each value it declared.
+INSERT_CURATION = """
+INSERT INTO entity_curation AS ec
+    (entity_id, document_id, type, lifecycle, canonical_id)
+VALUES (%(entity_id)s, %(document_id)s, %(type)s, %(lifecycle)s, %(canonical_id)s)
+ON CONFLICT (entity_id, document_id) DO UPDATE SET
+    type = coalesce(EXCLUDED.type, ec.type),
+    lifecycle = coalesce(EXCLUDED.lifecycle, ec.lifecycle),
+    canonical_id = coalesce(EXCLUDED.canonical_id, ec.canonical_id)
+"""
+
 INSERT_RELATION = """
 INSERT INTO relations (source_id, target_id, type, weight, document_id)
 VALUES (%(source_id)s, %(target_id)s, %(type)s, %(weight)s, %(document_id)s)
@@ -354,7 +366,7 @@ DO UPDATE SET weight = EXCLUDED.weight
 
 ENTITY_NAMES = """
 SELECT e.id, e.name FROM entities e
-WHERE e.tenant = %(tenant)s AND e.lifecycle <> 'deleted'
+WHERE e.tenant = %(tenant)s
 ORDER BY e.id
 """
 

@@ -36,6 +36,7 @@ from retrieval_pipeline.tools.store import sql as q
 from retrieval_pipeline.tools.store.embedded import EmbeddedPostgres
 from retrieval_pipeline.tools.store.records import (
     DocumentRecord,
+    EntitySpec,
     entity_key,
     normalise_entity_name,
 )
@@ -517,6 +518,22 @@ class Store:
                 },
             )
 
+        def curate(entity_id: str, entity: EntitySpec, canonical: str | None) -> None:
+            # Who declared what: graph fusion applies a curation only for callers
+            # who may see its document, and it goes with the document (migration 005).
+            if entity.type is None and entity.lifecycle is None and canonical is None:
+                return
+            conn.execute(
+                q.INSERT_CURATION,
+                {
+                    "entity_id": entity_id,
+                    "document_id": doc.id,
+                    "type": entity.type,
+                    "lifecycle": entity.lifecycle,
+                    "canonical_id": canonical,
+                },
+            )
+
         if doc.title_entity and doc.title.strip():
             mention(upsert(doc.title, home_document_id=doc.id), 1, "title")
         for entity in doc.entities:
@@ -526,20 +543,19 @@ class Store:
                 lifecycle=entity.lifecycle,
                 description=entity.description,
             )
+            curate(canonical, entity, None)
             for alias in entity.aliases:
                 if normalise_entity_name(alias) != normalise_entity_name(entity.name):
                     # A zero-count explicit mention records who declared the alias,
                     # which graph fusion checks before following it (tools/store/graph).
-                    mention(
-                        upsert(
-                            alias,
-                            type=entity.type,
-                            lifecycle=entity.lifecycle,
-                            canonical_id=canonical,
-                        ),
-                        0,
-                        "explicit",
+                    alias_id = upsert(
+                        alias,
+                        type=entity.type,
+                        lifecycle=entity.lifecycle,
+                        canonical_id=canonical,
                     )
+                    mention(alias_id, 0, "explicit")
+                    curate(alias_id, entity, canonical)
             mention(canonical, entity.count, "explicit")
         for relation in doc.relations:
             conn.execute(
@@ -779,10 +795,10 @@ class Store:
                     "tenant": scope.tenant,
                 },
             ).fetchall()
-            if not terms:
-                if stats is not None:
-                    stats.update(mode="exhaustive", postings=0)
-                return []
+            # No early return when no lexeme occurs in the tenant: the scorer runs
+            # over nothing, so a word found nowhere costs the same round trip as a
+            # word found only in chunks the caller cannot see (issue 15; measured
+            # by bench/side_channels.py).
             weights = [t[1:4] for t in terms if t[0] == "prose"]
             identifier_weights = [t[1:3] for t in terms if t[0] == "identifier"]
             frequencies = [int(w[2]) for w in weights]
@@ -800,7 +816,7 @@ class Store:
                 "completes": [
                     q >= df for q, df in zip(quotas, frequencies, strict=True)
                 ],
-                "avgdl": float(terms[0][4]),
+                "avgdl": float(terms[0][4]) if terms else 1.0,
                 "identifiers": [w[0] for w in identifier_weights],
                 "identifier_idfs": [float(w[1]) for w in identifier_weights],
                 "phrases": phrases,
