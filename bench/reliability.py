@@ -22,6 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "reliability.json"
 TESTS = [
+    "tests/integration/test_http_security.py",
+    "tests/integration/test_vectorstore_security.py",
+    "tests/integration/test_ingest_acl.py",
     "tests/integration/test_permission_properties.py",
     "tests/integration/test_hostile_input.py",
     "tests/integration/test_faults.py",

@@ -445,6 +445,17 @@ def _reliability_section(result: dict) -> list[str]:  # type: ignore[type-arg]
         f"| graph fusion, differential (expansion with vs without hidden documents) | "
         f"{value('graph_differential_cases')} | differences: "
         f"{f.get('graph_differential_cases', {}).get('leaks', '-')} |",
+        f"| HTTP trust boundary: generated (API key with grants, data route, batch "
+        f"items, config in dict and list forms, principals absent / empty / narrowing "
+        f"/ widening, tenant) requests; response body, per-item batch outputs, debug "
+        f"block, stream events, server trace, /metrics | "
+        f"{value('http_scope_cases')} requests "
+        f"({f.get('http_scope_cases', {}).get('items', '-')} inputs) | leaks: "
+        f"{f.get('http_scope_cases', {}).get('leaks', '-')} |",
+        f"| hostile HTTP requests on every served route (types, nesting depth, size, "
+        f"bytes that are not UTF-8, content types, keys) | "
+        f"{value('http_fuzz_requests')} | 5xx: 0; statuses "
+        f"{f.get('http_fuzz_requests', {}).get('statuses', {})} |",
         f"| fuzzed query requests through the HTTP endpoint | "
         f"{value('query_fuzz_requests')} | 5xx: 0; statuses "
         f"{f.get('query_fuzz_requests', {}).get('statuses', {})} |",

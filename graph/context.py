@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from retrieval_pipeline.errors import ConfigurationError
+
 # --- hybrid retrieval -------------------------------------------------------------
 RRF_K = 60  # Cormack, Clarke & Buettcher, SIGIR 2009; ranks are 1-based.
 # Default fusion: convex combination of min-max normalised scores, equal weights
@@ -105,20 +107,25 @@ class Context:
     judge_deadline_s: float = JUDGE_DEADLINE_S
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if not 1 <= self.candidate_pool <= MAX_LIMIT:
-            raise ValueError(f"candidate_pool must be 1..{MAX_LIMIT}")
+            raise ConfigurationError(f"candidate_pool must be 1..{MAX_LIMIT}")
         if self.fusion not in FUSIONS:
-            raise ValueError(f"fusion must be one of {FUSIONS}")
+            raise ConfigurationError(f"fusion must be one of {FUSIONS}")
         if self.channel_depth < 1 or self.rrf_k < 1 or self.token_budget < 1:
-            raise ValueError("channel_depth, rrf_k and token_budget must be positive")
+            raise ConfigurationError(
+                "channel_depth, rrf_k and token_budget must be positive"
+            )
         if not GRAPH_MIN_HOPS <= self.max_hops <= GRAPH_MAX_HOPS:
-            raise ValueError(f"max_hops must be {GRAPH_MIN_HOPS}..{GRAPH_MAX_HOPS}")
+            raise ConfigurationError(
+                f"max_hops must be {GRAPH_MIN_HOPS}..{GRAPH_MAX_HOPS}"
+            )
         if not 0 <= self.mmr_lambda <= 1 or not 0 < self.duplicate_jaccard <= 1:
-            raise ValueError(
+            raise ConfigurationError(
                 "mmr_lambda must be in [0, 1], duplicate_jaccard in (0, 1]"
             )
         if not 1 <= self.max_chunks <= MAX_LIMIT:
-            raise ValueError(f"max_chunks must be 1..{MAX_LIMIT}")
+            raise ConfigurationError(f"max_chunks must be 1..{MAX_LIMIT}")
         for name in (
             "graph_seeds",
             "top_entities",
@@ -127,9 +134,9 @@ class Context:
             "graph_chunks",
         ):
             if not 1 <= getattr(self, name) <= MAX_LIMIT:
-                raise ValueError(f"{name} must be 1..{MAX_LIMIT}")
+                raise ConfigurationError(f"{name} must be 1..{MAX_LIMIT}")
         if not self.graph_score_weight > 0 or not 0 < self.document_share <= 1:
-            raise ValueError(
+            raise ConfigurationError(
                 "graph_score_weight must be positive, document_share in (0, 1]"
             )
 
@@ -145,11 +152,39 @@ def resolve_context(value: object) -> Context:
         return value
     if isinstance(value, Mapping):
         valid = {f.name for f in fields(Context)}
-        unknown = set(value) - valid
+        unknown = {str(k) for k in value} - valid
         if unknown:
-            raise ValueError(
+            raise ConfigurationError(
                 f"unknown context keys {sorted(unknown)}; "
                 f"valid: {', '.join(sorted(valid))}"
             )
-        return Context(**dict(value))
+        return Context(**{str(k): v for k, v in value.items()})
     return Context()
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "bool": (bool,),
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+}
+
+
+def _check_types(context: Context) -> None:
+    """Each setting has its declared type (a bool is not a number here)."""
+    for f in fields(context):
+        value = getattr(context, f.name)
+        wanted = _TYPES.get(str(f.type))
+        if wanted is None:
+            continue
+        if isinstance(value, bool) and bool not in wanted:
+            ok = False
+        else:
+            ok = isinstance(value, wanted)
+        if ok and isinstance(value, float) and value != value:  # NaN
+            ok = False
+        if not ok:
+            raise ConfigurationError(
+                f"context setting '{f.name}' must be {f.type}, got "
+                f"{type(value).__name__} {value!r:.40}"
+            )

@@ -41,5 +41,9 @@ class IngestError(RetrievalPipelineError):
         self.reason = reason
 
 
+class AccessDeniedError(RetrievalPipelineError):
+    """The caller is not authenticated, or lacks the grant an operation needs."""
+
+
 class WriteConflictError(RetrievalPipelineError, ValueError):
     """A write would replace a hidden document, or change who can read one."""

@@ -7,26 +7,22 @@ under ``/retrieve`` (``/invoke``, ``/batch``, ``/stream``, ``/stream_log``,
 
 Access: without API keys every request's ``principals`` and ``tenant`` are trusted,
 so the server refuses to bind anywhere but loopback. With API keys (a JSON or YAML
-file, see :class:`ApiKeys`) each key maps to principals and a tenant; a request may
-narrow its principals but never widen them, and its tenant is always the key's.
+file, see :class:`~retrieval_pipeline.auth.ApiKeys`) every route but ``/healthz``
+needs a key; each key maps to principals, a tenant and grants, bound once per request
+by :class:`~retrieval_pipeline.auth.RequestGate` and applied to every pipeline input
+by :func:`~retrieval_pipeline.auth.bind_scope` (see that module for the rules).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
-import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from typing import Any, Literal
 
-import yaml
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from langchain_core.runnables import (
     Runnable,
@@ -43,123 +39,42 @@ from prometheus_client import (
     generate_latest,
 )
 
+from retrieval_pipeline.auth import (
+    ApiKeys,
+    Identity,
+    RequestGate,
+    Scope,
+    bind_scope,
+    scope_for,
+)
 from retrieval_pipeline.errors import (
+    AccessDeniedError,
     ConfigurationError,
+    DatabaseTimeoutError,
     DatabaseUnavailableError,
+    InvalidQueryError,
     RetrievalPipelineError,
 )
 from retrieval_pipeline.graph.state import PipelineInput
 from retrieval_pipeline.observability import add_trace_listener
 
+EndpointName = Literal[
+    "invoke",
+    "batch",
+    "stream",
+    "stream_log",
+    "input_schema",
+    "output_schema",
+    "config_schema",
+    "playground",
+]
+
+__all__ = ["ApiKeys", "Identity", "create_app", "is_loopback", "scope_for", "serve"]
+
 API_KEYS_ENV = "RETRIEVAL_PIPELINE_API_KEYS"
 """Path of the API-key file the server reads when ``--api-keys`` is not given."""
-IDENTITY_KEY = "retrieval_pipeline_identity"
-"""Request-config metadata key carrying the authenticated caller (server-side only)."""
 
 _log = logging.getLogger(__name__)
-
-
-# --- API keys ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class Identity:
-    """What an API key grants: a name (for metrics/logs), principals and a tenant."""
-
-    name: str
-    principals: tuple[str, ...]
-    tenant: str | None
-
-
-@dataclass
-class ApiKeys:
-    """API keys mapped to identities, loaded from a JSON or YAML file.
-
-    ::
-
-        keys:
-          - name: support-bot
-            key_env: SUPPORT_BOT_KEY      # the key itself lives in the environment
-            principals: [support]
-            tenant: acme
-          - name: ops
-            sha256: 5e88...               # or the hex SHA-256 of the key
-            principals: [ops, security]
-
-    Keys are compared as SHA-256 digests in constant time; the file never needs to
-    hold a key in clear. Callers send ``Authorization: Bearer KEY`` or
-    ``X-API-Key: KEY``.
-    """
-
-    by_digest: dict[bytes, Identity] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ApiKeys:
-        """Read and validate a key file; errors name the file and the entry."""
-        file = Path(path)
-        try:
-            raw = yaml.safe_load(file.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigurationError(f"cannot read API key file {file}: {exc}") from exc
-        entries = raw.get("keys") if isinstance(raw, Mapping) else None
-        if not isinstance(entries, list) or not entries:
-            raise ConfigurationError(
-                f"API key file {file} must hold a non-empty list under 'keys'"
-            )
-        keys = cls()
-        for index, entry in enumerate(entries):
-            where = f"{file}: keys[{index}]"
-            if not isinstance(entry, Mapping) or not entry.get("name"):
-                raise ConfigurationError(f"{where} needs a 'name'")
-            principals = entry.get("principals") or []
-            if not isinstance(principals, list) or not all(
-                isinstance(p, str) and p for p in principals
-            ):
-                raise ConfigurationError(f"{where}: 'principals' must be strings")
-            tenant = entry.get("tenant")
-            if tenant is not None and not isinstance(tenant, str):
-                raise ConfigurationError(f"{where}: 'tenant' must be a string")
-            digest = _entry_digest(entry, where)
-            if digest in keys.by_digest:
-                raise ConfigurationError(f"{where}: duplicate key")
-            keys.by_digest[digest] = Identity(
-                str(entry["name"]), tuple(principals), tenant
-            )
-        return keys
-
-    def identify(self, key: str) -> Identity | None:
-        """The identity of ``key``, or None (constant-time over all keys)."""
-        digest = hashlib.sha256(key.encode("utf-8")).digest()
-        found: Identity | None = None
-        for candidate, identity in self.by_digest.items():
-            if hmac.compare_digest(candidate, digest):
-                found = identity
-        return found
-
-
-def _entry_digest(entry: Mapping[str, Any], where: str) -> bytes:
-    if entry.get("key_env"):
-        value = os.environ.get(str(entry["key_env"]))
-        if not value:
-            raise ConfigurationError(
-                f"{where}: environment variable {entry['key_env']} is not set"
-            )
-        return hashlib.sha256(value.encode("utf-8")).digest()
-    if entry.get("sha256"):
-        try:
-            digest = bytes.fromhex(str(entry["sha256"]))
-        except ValueError:
-            digest = b""
-        if len(digest) != 32:
-            raise ConfigurationError(f"{where}: 'sha256' must be 64 hex digits")
-        return digest
-    raise ConfigurationError(f"{where} needs 'key_env' or 'sha256'")
-
-
-def scope_for(identity: Identity, requested: Mapping[str, Any]) -> dict[str, Any]:
-    """Principals and tenant for a request: narrowed by the body, never widened."""
-    wanted = requested.get("principals")
-    granted = list(identity.principals)
-    principals = [p for p in granted if p in set(wanted)] if wanted else granted
-    return {"principals": principals, "tenant": identity.tenant}
 
 
 # --- metrics ----------------------------------------------------------------------
@@ -273,6 +188,30 @@ class _Served(RunnableBinding[Any, Any]):
             inputs, configs, return_exceptions=return_exceptions, **kwargs
         )
 
+    async def astream_log(  # type: ignore[override]
+        self,
+        input: Any,
+        config: RunnableConfig | None = None,
+        *,
+        diff: bool = True,
+        with_streamed_output_list: bool = True,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """The run log of the whole run only: no node, router or branch logs.
+
+        Inner runs carry start and end times per stage (a timing side channel the
+        debug grant exists to close) and routers' ``Send`` objects (not JSON). The
+        caller's name/type/tag filters are ignored for the same reason.
+        """
+        async for item in self.bound.astream_log(
+            input,
+            config,
+            diff=diff,  # type: ignore[call-overload]
+            with_streamed_output_list=with_streamed_output_list,
+            include_names=[],
+        ):
+            yield item
+
 
 def _without_aggregator(config: RunnableConfig | None) -> RunnableConfig | None:
     from langserve.callbacks import AsyncEventAggregatorCallback
@@ -287,22 +226,26 @@ def _without_aggregator(config: RunnableConfig | None) -> RunnableConfig | None:
 
 
 # --- app --------------------------------------------------------------------------
-def _scoped(pipeline: Runnable[Any, Any]) -> Runnable[Any, Any]:
-    """The pipeline behind an identity check: the key's scope replaces the body's."""
+def _scoped(
+    pipeline: Runnable[Any, Any], *, keyed: bool, metrics: Metrics
+) -> Runnable[Any, Any]:
+    """The pipeline behind the scope binding: every input passes it, on every route."""
 
-    def apply_identity(payload: PipelineInput, config: RunnableConfig) -> PipelineInput:
-        identity = (config.get("metadata") or {}).get(IDENTITY_KEY)
-        if identity is None:
-            return payload
-        return {**payload, **identity}  # type: ignore[typeddict-item]
+    def count(scope: Scope) -> None:
+        if scope.narrowed:
+            metrics.denied.labels("principals_narrowed").inc()
+        if scope.tenant_overridden:
+            metrics.denied.labels("tenant_overridden").inc()
 
-    async def aapply_identity(
-        payload: PipelineInput, config: RunnableConfig
-    ) -> PipelineInput:
-        return apply_identity(payload, config)  # no thread hop on the async path
+    def apply_identity(payload: Any) -> Any:
+        return bind_scope(payload, keyed=keyed, on_scope=count)
+
+    async def aapply_identity(payload: Any) -> Any:
+        return apply_identity(payload)  # no thread hop on the async path
 
     return (
-        RunnableLambda(apply_identity, afunc=aapply_identity) | pipeline
+        RunnableLambda(apply_identity, afunc=aapply_identity, name="bind_scope")
+        | pipeline
     ).with_types(input_type=PipelineInput)
 
 
@@ -318,7 +261,8 @@ def create_app(
     Args:
         pipeline: the compiled pipeline (default: the environment-resolved ``graph``).
         api_keys: keys mapping to principals and tenant; None trusts request bodies.
-        health: a database check returning details (default: the pipeline store's).
+        health: a database check (default: the pipeline store's); ``/healthz``
+            answers ok or unavailable and nothing more.
         pool_stats: the database pool's statistics for ``/metrics``.
     """
     from langserve import add_routes
@@ -343,69 +287,21 @@ def create_app(
     app.state.metrics = metrics
     app.state.auth = "api-keys" if api_keys else "none"
 
-    async def authenticate(request: Request) -> None:
-        if api_keys is None:
-            return
-        key = _presented_key(request)
-        if key is None:
-            metrics.denied.labels("missing_key").inc()
-            raise HTTPException(
-                401,
-                "missing API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        identity = api_keys.identify(key)
-        if identity is None:
-            metrics.denied.labels("invalid_key").inc()
-            raise HTTPException(
-                401, "invalid API key", headers={"WWW-Authenticate": "Bearer"}
-            )
-        request.state.identity = identity
-
-    async def per_request(config: dict[str, Any], request: Request) -> dict[str, Any]:
-        identity: Identity | None = getattr(request.state, "identity", None)
-        if identity is None:
-            return config
-        body = await _json_body(request)
-        raw = body.get("input")
-        requested: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        scope = scope_for(identity, requested)
-        if requested.get("principals") and set(requested["principals"]) - set(
-            scope["principals"]
-        ):
-            metrics.denied.labels("principals_narrowed").inc()
-        if "tenant" in requested and requested["tenant"] != identity.tenant:
-            metrics.denied.labels("tenant_overridden").inc()
-        metadata = dict(config.get("metadata") or {})
-        metadata[IDENTITY_KEY] = scope
-        return {**config, "metadata": metadata}
-
     add_routes(
         app,
-        # Without keys the body is trusted as is: no wrapper, no extra run.
-        _Served(bound=_scoped(pipeline) if api_keys is not None else pipeline),
+        _Served(bound=_scoped(pipeline, keyed=api_keys is not None, metrics=metrics)),
         path="/retrieve",
-        per_req_config_modifier=per_request,
-        dependencies=[Depends(authenticate)],
-        enabled_endpoints=[
-            "invoke",
-            "batch",
-            "stream",
-            "stream_log",
-            "input_schema",
-            "output_schema",
-            "config_schema",
-            "playground",
-        ],
+        enabled_endpoints=list(SERVED_ENDPOINTS),
     )
 
     @app.get("/healthz")
     def healthz() -> Response:
         try:
-            details = dict(health())
-        except RetrievalPipelineError as exc:
-            return JSONResponse({"status": "unavailable", "reason": str(exc)}, 503)
-        return JSONResponse({"status": "ok", **details})
+            health()
+        except Exception:  # noqa: BLE001 - public: says ok or not, nothing else
+            _log.warning("health check failed", exc_info=True)
+            return JSONResponse({"status": "unavailable"}, 503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/metrics")
     def prometheus() -> Response:
@@ -415,13 +311,17 @@ def create_app(
 
     @app.exception_handler(RetrievalPipelineError)
     async def user_error(request: Request, exc: RetrievalPipelineError) -> Response:
-        status = 503 if isinstance(exc, DatabaseUnavailableError) else 400
-        return JSONResponse({"detail": str(exc)}, status)
+        return _error_response(exc)
 
-    @app.exception_handler(ValueError)
-    async def bad_value(request: Request, exc: ValueError) -> Response:
-        return JSONResponse({"detail": str(exc)}, 400)
-
+    # Outermost first: metrics see every answer, including the gate's 401s.
+    app.add_middleware(
+        RequestGate,
+        api_keys=api_keys,
+        on_denied=lambda reason: metrics.denied.labels(reason).inc(),
+        validate=lambda path, body: _validate_inputs(
+            path, body, keyed=api_keys is not None
+        ),
+    )
     app.add_middleware(_RequestMetrics, metrics=metrics)
 
     @app.get("/", include_in_schema=False)
@@ -432,6 +332,86 @@ def create_app(
         )
 
     return app
+
+
+SERVED_ENDPOINTS: tuple[EndpointName, ...] = (
+    "invoke",
+    "batch",
+    "stream",
+    "stream_log",
+    "input_schema",
+    "output_schema",
+    "config_schema",
+    "playground",
+)
+"""LangServe endpoints the app enables (``stream_events`` and feedback are off)."""
+
+
+_DATA_ROUTES = ("invoke", "batch", "stream", "stream_log")
+
+
+def _validate_inputs(path: str, body: Any, *, keyed: bool) -> None:
+    """Check a data route's inputs before any response starts.
+
+    A stream cannot answer 400 once its first event is out, so the question, limit
+    and access fields of ``/invoke``, ``/stream``, ``/stream_log`` and each
+    ``/batch`` item are validated here, with the caller bound, exactly as the
+    pipeline will read them. Inputs of the wrong shape are left to LangServe's 422.
+    """
+    from retrieval_pipeline.graph.routing import validate_input
+
+    route = path.rstrip("/").rsplit("/", 1)[-1]
+    if not path.startswith("/retrieve/") or route not in _DATA_ROUTES:
+        return
+    if not isinstance(body, dict):
+        raise InvalidQueryError("the request body must be a JSON object")
+    config = body.get("config")
+    if route == "batch":
+        inputs = body.get("inputs")
+        if not isinstance(inputs, list):
+            raise InvalidQueryError("'inputs' must be a list of pipeline inputs")
+        if isinstance(config, list) and len(config) != len(inputs):
+            raise InvalidQueryError(
+                "'config' as a list needs one entry per item of 'inputs'"
+            )
+        configs = config if isinstance(config, list) else [config]
+    else:
+        inputs = [body.get("input")]
+        configs = [config]
+    if not all(c is None or isinstance(c, dict) for c in configs):
+        raise InvalidQueryError("'config' must be an object (or, for batch, a list)")
+    if body.get("kwargs") is not None and not isinstance(body["kwargs"], dict):
+        raise InvalidQueryError("'kwargs' must be an object")
+    for item in inputs:
+        if isinstance(item, dict) and "question" in item:
+            validate_input(bind_scope(item, keyed=keyed))  # type: ignore[arg-type]
+
+
+def _error_response(exc: RetrievalPipelineError) -> Response:
+    """Map the project's errors to a status and a message that names no server path."""
+    if isinstance(exc, DatabaseTimeoutError):
+        _log.warning("database timeout: %s", exc)
+        return JSONResponse(
+            {
+                "detail": "a database statement ran past the statement timeout and "
+                "was cancelled (nothing was half-written); retry, or narrow the query"
+            },
+            503,
+        )
+    if isinstance(exc, DatabaseUnavailableError):
+        _log.warning("database unavailable: %s", exc)
+        return JSONResponse(
+            {"detail": "the database is unavailable; retry shortly"},
+            503,
+            headers={"Retry-After": "1"},
+        )
+    if isinstance(exc, AccessDeniedError):
+        return JSONResponse({"detail": str(exc)}, 403)
+    if isinstance(exc, InvalidQueryError | ConfigurationError):
+        return JSONResponse({"detail": str(exc)}, 400)
+    # Another project error a request caused (a rejected record, a dimension
+    # mismatch): the message is written for the user and names no secret.
+    return JSONResponse({"detail": str(exc)}, 400)
 
 
 class _RequestMetrics:
@@ -469,23 +449,16 @@ class _RequestMetrics:
             )
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _presented_key(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer ") and header[7:].strip():
-        return header[7:].strip()
-    key = request.headers.get("x-api-key", "").strip()
-    return key or None
-
-
-_ROUTES = ("invoke", "batch", "stream_log", "stream", "input_schema", "output_schema")
+_ROUTES = (
+    "invoke",
+    "batch",
+    "stream_log",
+    "stream",
+    "input_schema",
+    "output_schema",
+    "config_schema",
+    "playground",
+)
 
 
 def _route_label(path: str) -> str:

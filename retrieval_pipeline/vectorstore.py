@@ -43,9 +43,10 @@ principals.
 
 Inputs PostgreSQL would reject become clear errors before any statement runs: NUL
 characters or lone surrogates in ids, texts, metadata or filters, and metadata or
-filter values that are not JSON (NaN included), are an ``InvalidQueryError``; a query vector of another dimension than the
-index's is a :class:`~retrieval_pipeline.errors.DimensionMismatchError`, one with
-NaN or infinite components an ``InvalidQueryError``.
+filter values that are not JSON (NaN included), are an ``InvalidQueryError``; a
+query vector of another dimension than the index's is a
+:class:`~retrieval_pipeline.errors.DimensionMismatchError`, one with NaN or infinite
+components an ``InvalidQueryError``.
 """
 
 from __future__ import annotations

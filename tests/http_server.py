@@ -15,6 +15,13 @@ def running(app: Any) -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1 (a kernel-chosen port); yields the base URL."""
     import uvicorn
 
+    try:  # sse-starlette keeps one exit event bound to the first server's loop
+        from sse_starlette.sse import AppStatus
+
+        AppStatus.should_exit_event = None
+    except ImportError:
+        pass
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

@@ -117,10 +117,16 @@ def check_scope_values(
             return True
         return False
 
+    if principals is None:
+        raise InvalidQueryError(
+            "principals must be a list of strings; pass [] for public documents only"
+        )
     for name, values in (("principals", principals), ("doc_ids", doc_ids)):
         if values is None:
             continue
-        if isinstance(values, str) or not isinstance(values, list | tuple):
+        if isinstance(values, str) or not isinstance(
+            values, list | tuple | set | frozenset
+        ):
             raise InvalidQueryError(f"{name} must be a list of strings")
         if any(bad(v) for v in values):
             raise InvalidQueryError(
@@ -283,9 +289,7 @@ class Retriever:
         doc_ids: Sequence[str] | None = None,
     ) -> AccessScope:
         """Build the access scope; ``doc_ids`` are the sources' own ids."""
-        check_scope_values(
-            list(principals), tenant, None if doc_ids is None else list(doc_ids)
-        )
+        check_scope_values(principals, tenant, doc_ids)
         tenant_key = tenant or ""
         keys = (
             None

@@ -285,8 +285,10 @@ class TestBoundedLexicalChannel:
                     "_id": f"d{i:03d}",
                     "text": f"{common} {common if i % 3 else ''} {extra} item{i}",
                     "metadata": {
-                        "principals": ["staff"] if i % 7 == 0 else [],
                         "tenant": "wide",
+                        # public unless restricted: an absent key, not [] (an
+                        # explicitly empty ACL is an ingest error)
+                        **({"principals": ["staff"]} if i % 7 == 0 else {}),
                     },
                 }
             )

@@ -148,6 +148,10 @@ def posting_quotas(
     return quotas
 
 
+_FIRST_WAIT_S = 0.25
+"""How long a borrow waits before checking whether the server is up at all."""
+
+
 class Store:
     """PostgreSQL + pgvector storage for documents, chunks, postings and the graph."""
 
@@ -229,16 +233,44 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _borrow_timeout(self) -> float:
+        """Seconds to wait for a pooled connection; fail fast when the server is down.
+
+        A short wait first; if no connection came, one direct connection attempt
+        tells a busy pool (wait the rest of the pool's timeout) from a server that is
+        down (fail now, in about a second, instead of after the full timeout).
+        """
+        try:
+            psycopg.connect(self._conninfo, connect_timeout=1).close()
+        except psycopg.Error:
+            return 0.0
+        return max(0.0, float(self._pool.timeout) - _FIRST_WAIT_S)
+
+    @contextmanager
+    def _borrow(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            conn = self._pool.getconn(timeout=_FIRST_WAIT_S)
+        except PoolTimeout:
+            rest = self._borrow_timeout()
+            if rest <= 0:
+                raise
+            conn = self._pool.getconn(timeout=rest)
+        try:
+            with conn:  # the pool's own context behaviour: commit or roll back
+                yield conn
+        finally:
+            self._pool.putconn(conn)
+
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """Borrow a pooled connection; a dead server becomes a clear error."""
         try:
-            with self._pool.connection() as conn:
+            with self._borrow() as conn:
                 yield conn
         except PoolTimeout as exc:
             raise DatabaseUnavailableError(
-                f"no database connection available from {redact_url(self._conninfo)}: "
-                f"{exc}. Check that PostgreSQL is running."
+                f"no database connection available from {redact_url(self._conninfo)}"
+                f" ({exc}). Check that PostgreSQL is running."
             ) from exc
         except psycopg.errors.QueryCanceled:
             raise DatabaseTimeoutError(
