@@ -294,8 +294,8 @@ class RequestGate:
                 await _reply(
                     send,
                     401,
-                    "missing API key: send 'Authorization: Bearer KEY' or "
-                    "'X-API-Key: KEY'",
+                    "missing API key: send exactly one of 'Authorization: Bearer KEY' "
+                    "or 'X-API-Key: KEY'",
                 )
                 return
             identity = self.api_keys.identify(key)
@@ -327,15 +327,23 @@ class RequestGate:
 
 
 def _presented_key(scope: Mapping[str, Any]) -> str | None:
-    headers: dict[str, str] = {
-        bytes(k).decode("latin-1").lower(): bytes(v).decode("latin-1")
-        for k, v in scope.get("headers") or []
-    }
-    header = headers.get("authorization", "")
-    if header.lower().startswith("bearer ") and header[7:].strip():
-        return header[7:].strip()
-    key = headers.get("x-api-key", "").strip()
-    return key or None
+    """The one credential a request presents; None when absent or ambiguous.
+
+    Two credentials (both headers, or either twice) are refused rather than
+    resolved: a proxy's injected header must not be overridable by a client's.
+    """
+    found: list[str] = []
+    for raw_name, raw_value in scope.get("headers") or []:
+        name = bytes(raw_name).decode("latin-1").lower()
+        value = bytes(raw_value).decode("latin-1").strip()
+        if name == "authorization":
+            scheme, _, token = value.partition(" ")
+            found.append(token.strip() if scheme.lower() == "bearer" else "")
+        elif name == "x-api-key":
+            found.append(value)
+    if len(found) != 1 or not found[0]:
+        return None
+    return found[0]
 
 
 async def _read_body(
@@ -387,10 +395,10 @@ def _parse_json(body: bytes) -> tuple[Any, tuple[int, str] | None]:
     """
     too_deep = (400, f"the JSON body is nested more than {MAX_JSON_DEPTH} levels deep")
     try:
-        value = json.loads(body, parse_constant=_reject_constant)
+        value = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
     except RecursionError:
         return None, too_deep
-    except UnicodeDecodeError:
+    except UnicodeDecodeError:  # UTF-16 and UTF-32 included: JSON is UTF-8 (RFC 8259)
         return None, (400, "the request body is not UTF-8 JSON")
     except ValueError as exc:
         return None, (400, f"the request body is not valid JSON ({str(exc)[:80]})")

@@ -348,6 +348,9 @@ SERVED_ENDPOINTS: tuple[EndpointName, ...] = (
 
 
 _DATA_ROUTES = ("invoke", "batch", "stream", "stream_log")
+MAX_BATCH_ITEMS = 64
+"""Inputs one ``/batch`` request may hold: one caller cannot hold the server for
+minutes (2,000 items took 28 s and stalled every other caller)."""
 
 
 def _validate_inputs(path: str, body: Any, *, keyed: bool) -> None:
@@ -370,6 +373,15 @@ def _validate_inputs(path: str, body: Any, *, keyed: bool) -> None:
         inputs = body.get("inputs")
         if not isinstance(inputs, list):
             raise InvalidQueryError("'inputs' must be a list of pipeline inputs")
+        if len(inputs) > MAX_BATCH_ITEMS:
+            raise InvalidQueryError(
+                f"a batch holds at most {MAX_BATCH_ITEMS} inputs, got {len(inputs)}; "
+                "split it into several requests"
+            )
+        if not all(isinstance(item, dict) for item in inputs):
+            raise InvalidQueryError(
+                "each item of 'inputs' must be an object with a 'question'"
+            )
         if isinstance(config, list) and len(config) != len(inputs):
             raise InvalidQueryError(
                 "'config' as a list needs one entry per item of 'inputs'"

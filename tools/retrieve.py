@@ -71,7 +71,10 @@ class WebQuery:
 
 
 _PHRASE = re.compile(r'(?<![\w-])"([^"]+)"')
-_EXCLUSION = re.compile(r'(?<!\S)-("[^"]+"|[^\s"]+)')
+# An exclusion is one or more dashes before a term that is not itself dashes: a run
+# of dashes is punctuation, not nested negations (websearch_to_tsquery overflows its
+# stack on a few dozen of them).
+_EXCLUSION = re.compile(r'(?<!\S)-+("[^"]*\w[^"]*"|[^\s"\-][^\s"]*)')
 
 
 def parse_websearch(query: str) -> WebQuery:
@@ -86,7 +89,9 @@ def parse_websearch(query: str) -> WebQuery:
     exclusions = [m.group(1) for m in _EXCLUSION.finditer(query)]
     remaining = _EXCLUSION.sub(" ", query)
     phrases = [
-        m.group(1).strip() for m in _PHRASE.finditer(remaining) if m.group(1).strip()
+        m.group(1).strip()
+        for m in _PHRASE.finditer(remaining)
+        if re.search(r"\w", m.group(1))
     ]
     text = (
         " ".join(remaining.replace('"', " ").split()) or query.replace('"', " ").strip()

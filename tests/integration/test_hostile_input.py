@@ -50,6 +50,12 @@ HOSTILE = [
     "مرحبا من يملك الخدمة؟ שלום",
     "\u202eevil\u202c ledger \u200b\ufeff",
     "ERR_CONN_RESET v2.3.1 getUserById",
+    "-" * 33,  # websearch_to_tsquery overflowed its stack on runs of negations
+    "-" * 5000,
+    "ledger " + "-" * 40 + "owner",
+    '"' + "-" * 50 + '" ledger',
+    "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - ledger",
+    "!" * 100 + " ledger " + "(" * 100,
 ]
 WEIRD_TEXT = st.text(max_size=300) | st.sampled_from(HOSTILE)
 LEAK_MARKERS = ("Traceback", "psycopg", "SQLSTATE", "syntax error", 'File "')
@@ -110,6 +116,20 @@ def _assert_clean(response: httpx.Response, sent: Any) -> None:
             assert marker not in response.text, (marker, response.text[:500])
         detail = response.json().get("detail")
         assert detail, response.text[:300]
+
+
+def test_every_listed_hostile_question_gets_results_or_a_clear_4xx(
+    served: httpx.Client,
+) -> None:
+    for question in HOSTILE:
+        for route in ("/retrieve/invoke", "/retrieve/stream"):
+            response = served.post(
+                route,
+                content=json.dumps({"input": {"question": question}}),
+                headers={"content-type": "application/json"},
+            )
+            _assert_clean(response, question)
+            assert "event: error" not in response.text, (question[:40], route)
 
 
 def test_fuzzed_queries_get_results_or_a_clear_4xx(served: httpx.Client) -> None:

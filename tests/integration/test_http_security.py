@@ -201,6 +201,59 @@ class TestBatch:
             assert set(_chunk_docs(output)) <= public
 
 
+class TestOutsideProbeFindings:
+    """Found by an outside probe of a running server (issue 15's review)."""
+
+    @pytest.mark.parametrize("item", ["hi", None, 5, [{"question": "q"}]])
+    def test_a_batch_item_that_is_not_an_object_is_a_400(
+        self, world: World, item: Any
+    ) -> None:
+        response = world.http.post(
+            "/retrieve/batch",
+            json={"inputs": [item]},
+            headers=_headers(world.keys[0]),
+        )
+        assert response.status_code == 400, response.text
+        assert "object" in response.json()["detail"]
+
+    def test_a_batch_is_bounded(self, world: World) -> None:
+        from retrieval_pipeline.serve import MAX_BATCH_ITEMS
+
+        items = [{"question": QUESTIONS[0]}] * (MAX_BATCH_ITEMS + 1)
+        response = world.http.post(
+            "/retrieve/batch", json={"inputs": items}, headers=_headers(world.keys[0])
+        )
+        assert response.status_code == 400
+        assert str(MAX_BATCH_ITEMS) in response.json()["detail"]
+
+    def test_two_credentials_are_refused_not_resolved(self, world: World) -> None:
+        low, high = world.keys[0].secret, world.keys[6].secret
+        body = {"input": {"question": QUESTIONS[0]}}
+        for headers in (
+            [("Authorization", f"Bearer {low}"), ("X-API-Key", high)],
+            [("Authorization", f"Bearer {low}"), ("Authorization", f"Bearer {high}")],
+            [("X-API-Key", low), ("X-API-Key", high)],
+        ):
+            response = world.http.post("/retrieve/invoke", json=body, headers=headers)
+            assert response.status_code == 401, headers
+        lower = world.http.post(
+            "/retrieve/invoke", json=body, headers={"Authorization": f"bearer {low}"}
+        )
+        assert lower.status_code == 200
+
+    def test_a_body_that_is_not_utf8_is_a_400(self, world: World) -> None:
+        body = json.dumps({"input": {"question": QUESTIONS[0]}})
+        for encoding in ("utf-16", "utf-32", "latin-1"):
+            response = world.http.post(
+                "/retrieve/invoke",
+                content=(body + ' "\u00e9"é').encode(encoding)
+                if encoding == "latin-1"
+                else body.encode(encoding),
+                headers={**_headers(world.keys[0]), "content-type": "application/json"},
+            )
+            assert response.status_code == 400, (encoding, response.text)
+
+
 class TestNarrowing:
     def test_empty_principals_means_public_documents_only(self, world: World) -> None:
         key = world.key(principals=2, tenant=None)
@@ -356,6 +409,7 @@ class TestExposure:
             assert "5432" not in response.text and "hunter2" not in response.text
             assert "/var/run" not in response.text
 
+    @pytest.mark.timeout(45)  # a borrow that waited the pool's 120 s would trip it
     def test_a_stopped_server_fails_a_borrow_without_waiting_the_pool_timeout(
         self, tmp_path: Path
     ) -> None:
@@ -363,10 +417,9 @@ class TestExposure:
 
         server = EmbeddedPostgres(tmp_path / "down", keep_running=True)
         url = server.start()
-        doomed = Store(url, connect_timeout=30)
+        doomed = Store(url, connect_timeout=120)
         try:
             server.stop()
-            # A pool timeout of 30 s would fail the test's own 10 s limit below.
             with pytest.raises(DatabaseUnavailableError) as down:
                 with doomed.connection() as conn:
                     conn.execute("SELECT 1")

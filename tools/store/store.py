@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -150,6 +151,8 @@ def posting_quotas(
 
 _FIRST_WAIT_S = 0.25
 """How long a borrow waits before checking whether the server is up at all."""
+_PROBE_TTL_S = 1.0
+"""How long the answer of that check is reused."""
 
 
 class Store:
@@ -206,6 +209,7 @@ class Store:
                 "unset it to use the embedded server (`retrieval-pipeline db start`)."
             ) from exc
         self._pgvector_version: tuple[int, ...] | None = None
+        self._server_probe: tuple[float, bool] = (-_PROBE_TTL_S - 1.0, True)
         self.migrate()
 
     # --- lifecycle ----------------------------------------------------------------
@@ -238,13 +242,19 @@ class Store:
 
         A short wait first; if no connection came, one direct connection attempt
         tells a busy pool (wait the rest of the pool's timeout) from a server that is
-        down (fail now, in about a second, instead of after the full timeout).
+        down (fail now, in about a second, instead of after the full timeout). The
+        answer is kept for a second, so a busy pool is not probed by every waiter.
         """
-        try:
-            psycopg.connect(self._conninfo, connect_timeout=1).close()
-        except psycopg.Error:
-            return 0.0
-        return max(0.0, float(self._pool.timeout) - _FIRST_WAIT_S)
+        now = time.monotonic()
+        checked_at, up = self._server_probe
+        if now - checked_at > _PROBE_TTL_S:
+            try:
+                psycopg.connect(self._conninfo, connect_timeout=1).close()
+                up = True
+            except psycopg.Error:
+                up = False
+            self._server_probe = (time.monotonic(), up)
+        return max(0.0, float(self._pool.timeout) - _FIRST_WAIT_S) if up else 0.0
 
     @contextmanager
     def _borrow(self) -> Iterator[psycopg.Connection[Any]]:
