@@ -21,6 +21,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 
+from retrieval_pipeline.auth import bind_state
 from retrieval_pipeline.graph.context import Context
 from retrieval_pipeline.graph.resources import PipelineResources, default_resources
 from retrieval_pipeline.graph.routing import active_stages, branches, validate_input
@@ -164,7 +165,7 @@ def _with_summary(
             }
             tracing = tracing_active()
             revision = (
-                resources.store.index_revision(state.get("tenant") or "")
+                resources.store.index_revision(bind_state(state).get("tenant") or "")
                 if tracing or shows_debug(state)
                 else None
             )
@@ -199,7 +200,7 @@ def _traced_plain_retrieve(
         update = plain({**state, "trace_key": key}, runtime)
         if key is None and not shows_debug(state):
             return update
-        revision = resources.store.index_revision(state.get("tenant") or "")
+        revision = resources.store.index_revision(bind_state(state).get("tenant") or "")
         if shows_debug(state):
             update["retrieval_debug"]["index_revision"] = revision
         if key is not None:

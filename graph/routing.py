@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from langgraph.types import Send
 
+from retrieval_pipeline.auth import bind_state
 from retrieval_pipeline.errors import InvalidQueryError
 from retrieval_pipeline.graph.context import Context
 from retrieval_pipeline.graph.resources import PipelineResources
@@ -55,6 +56,7 @@ def branches(state: PipelineState) -> list[Send]:
     rare identifier the rewrite dropped still matches (spec: "Preserve the original
     query as one branch").
     """
+    state = bind_state(state)  # type: ignore[assignment]
     question = clean_query(state["question"])
     effective = state.get("effective_query") or question
     understanding: dict[str, Any] = state.get("understanding") or {}
@@ -89,6 +91,7 @@ def branches(state: PipelineState) -> list[Send]:
 
 def validate_input(state: PipelineState) -> None:
     """Fail fast on a bad question or limit, before any stage runs."""
+    state = bind_state(state)  # type: ignore[assignment]
     clean_query(state.get("question"))
     if "debug" in state and not isinstance(state["debug"], bool):
         raise InvalidQueryError("debug must be true or false")

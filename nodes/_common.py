@@ -9,6 +9,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from retrieval_pipeline.auth import bind_state
 from retrieval_pipeline.graph.context import Context, resolve_context
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.observability import record_timings, stage_event
@@ -31,7 +32,7 @@ def context_of(runtime: Runtime[Any] | None) -> Context:
 
 def shows_debug(state: Mapping[str, Any]) -> bool:
     """Whether the caller asked for (and may see) timings, raw scores and revisions."""
-    return state.get("debug") is True
+    return bind_state(state).get("debug") is True
 
 
 @contextmanager
@@ -67,7 +68,12 @@ def fallback(stage: str, reason: str) -> dict[str, str]:
 
 
 def access_scope(resources: PipelineResources, state: Mapping[str, Any]) -> AccessScope:
-    """The caller's access scope (principals, tenant, document scope) from the state."""
+    """The caller's access scope (principals, tenant, document scope) from the state.
+
+    Bound through :func:`~retrieval_pipeline.auth.bind_state` (the Agent Server's
+    authenticated caller, when there is one).
+    """
+    state = bind_state(state)
     return resources.retriever.scope(
         principals=state.get("principals") or [],
         tenant=state.get("tenant"),

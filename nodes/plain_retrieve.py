@@ -7,6 +7,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from retrieval_pipeline.auth import bind_state
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import PipelineState
@@ -32,13 +33,14 @@ def make_plain_retrieve(
             "path": "plain_retrieve",
         }
         trace = RetrievalTrace()
+        bound = bind_state(state)
         with stage_timer(debug, "plain_retrieve", state):
             chunks = resources.retriever.retrieve(
                 state["question"],
                 limit=state.get("limit", DEFAULT_LIMIT),
                 doc_ids=state.get("doc_ids"),
-                principals=state.get("principals") or [],
-                tenant=state.get("tenant"),
+                principals=bound.get("principals") or [],
+                tenant=bound.get("tenant"),
                 depth=ctx.channel_depth,
                 trace=trace,
                 debug=shows_debug(state),

@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -327,15 +327,20 @@ class RequestGate:
 
 
 def _presented_key(scope: Mapping[str, Any]) -> str | None:
-    """The one credential a request presents; None when absent or ambiguous.
+    return presented_credential(scope.get("headers") or [])
 
-    Two credentials (both headers, or either twice) are refused rather than
-    resolved: a proxy's injected header must not be overridable by a client's.
+
+def presented_credential(headers: Iterable[tuple[Any, Any]]) -> str | None:
+    """The one credential request headers present; None when absent or ambiguous.
+
+    ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``. Two credentials (both
+    headers, or either twice) are refused rather than resolved: a proxy's injected
+    header must not be overridable by a client's. Names and values may be bytes.
     """
     found: list[str] = []
-    for raw_name, raw_value in scope.get("headers") or []:
-        name = bytes(raw_name).decode("latin-1").lower()
-        value = bytes(raw_value).decode("latin-1").strip()
+    for raw_name, raw_value in headers:
+        name = _text(raw_name).lower()
+        value = _text(raw_value).strip()
         if name == "authorization":
             scheme, _, token = value.partition(" ")
             found.append(token.strip() if scheme.lower() == "bearer" else "")
@@ -344,6 +349,14 @@ def _presented_key(scope: Mapping[str, Any]) -> str | None:
     if len(found) != 1 or not found[0]:
         return None
     return found[0]
+
+
+def _text(value: Any) -> str:
+    return (
+        bytes(value).decode("latin-1")
+        if isinstance(value, bytes | bytearray)
+        else str(value)
+    )
 
 
 async def _read_body(
@@ -438,3 +451,81 @@ async def _reply(send: Send, status: int, detail: str) -> None:
         headers.append((b"www-authenticate", b"Bearer"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+# --- LangGraph Agent Server -----------------------------------------------------------
+AGENT_USER_KEY = "langgraph_auth_user"
+"""Where LangGraph's Agent Server puts the authenticated user in ``configurable``."""
+SCOPE_CLAIM = "retrieval_pipeline_scope"
+"""The field of that user our auth handler (:mod:`retrieval_pipeline.agent_auth`)
+fills with the key's principals, tenant and grants."""
+
+
+def _user_field(user: object, name: str) -> Any:
+    if isinstance(user, Mapping):
+        return user.get(name)
+    try:
+        return user[name]  # type: ignore[index]
+    except (KeyError, TypeError, IndexError):
+        return getattr(user, name, None)
+
+
+def agent_server_identity() -> Identity | None:
+    """The identity the Agent Server authenticated for this run, if any.
+
+    Read from the run's config (``configurable.langgraph_auth_user``), which the
+    server sets from our auth handler and a client cannot set. None outside a
+    LangGraph run or when no key scope was authenticated (a trusted local server).
+    """
+    try:
+        from langgraph.config import get_config
+
+        config = get_config()
+    except (ImportError, RuntimeError):
+        return None
+    user = (config.get("configurable") or {}).get(AGENT_USER_KEY)
+    if user is None:
+        return None
+    claim = _user_field(user, SCOPE_CLAIM)
+    if claim is None:
+        return None
+    if not isinstance(claim, Mapping):
+        raise AccessDeniedError("the authenticated user carries a malformed scope")
+    principals = claim.get("principals") or []
+    tenant = claim.get("tenant")
+    grants = claim.get("grants") or []
+    if (
+        not isinstance(principals, list | tuple)
+        or not all(isinstance(p, str) for p in principals)
+        or (tenant is not None and not isinstance(tenant, str))
+        or not isinstance(grants, list | tuple)
+    ):
+        raise AccessDeniedError("the authenticated user carries a malformed scope")
+    return Identity(
+        str(claim.get("name") or "agent-server"),
+        tuple(principals),
+        tenant,
+        frozenset(str(g) for g in grants) & GRANTS,
+    )
+
+
+def bind_state(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pipeline state with the Agent Server caller's scope bound, if there is one.
+
+    Every stage reads the caller's principals, tenant and debug flag through this
+    function, so a run served by ``langgraph dev`` / ``up`` with our auth handler
+    holds the key's scope exactly as an HTTP request through :class:`RequestGate`
+    does (the same :func:`scope_for` rules). Elsewhere the state is returned as is:
+    LangServe binds it into the input before the graph starts, and Python callers
+    fix it when they build the retriever. Binding twice changes nothing.
+    """
+    identity = agent_server_identity()
+    if identity is None:
+        return state
+    scope = scope_for(identity, state)
+    return {
+        **state,
+        "principals": scope.principals,
+        "tenant": scope.tenant,
+        "debug": scope.debug,
+    }

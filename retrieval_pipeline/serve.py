@@ -40,6 +40,7 @@ from prometheus_client import (
 )
 
 from retrieval_pipeline.auth import (
+    AGENT_USER_KEY,
     ApiKeys,
     Identity,
     RequestGate,
@@ -188,6 +189,14 @@ class _Served(RunnableBinding[Any, Any]):
             inputs, configs, return_exceptions=return_exceptions, **kwargs
         )
 
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        async for item in self.bound.astream(
+            input, _without_aggregator(config), **kwargs
+        ):
+            yield item
+
     async def astream_log(  # type: ignore[override]
         self,
         input: Any,
@@ -205,7 +214,7 @@ class _Served(RunnableBinding[Any, Any]):
         """
         async for item in self.bound.astream_log(
             input,
-            config,
+            _without_aggregator(config),
             diff=diff,  # type: ignore[call-overload]
             with_streamed_output_list=with_streamed_output_list,
             include_names=[],
@@ -214,10 +223,24 @@ class _Served(RunnableBinding[Any, Any]):
 
 
 def _without_aggregator(config: RunnableConfig | None) -> RunnableConfig | None:
+    """The request's config without LangServe's aggregator or a forged identity.
+
+    A client's ``configurable`` reaches the graph; the Agent Server's user key in it
+    (which :func:`~retrieval_pipeline.auth.bind_state` reads) is dropped, so a
+    LangServe client cannot claim an identity by writing it there.
+    """
     from langserve.callbacks import AsyncEventAggregatorCallback
 
     if not config:
         return config
+    configurable = config.get("configurable")
+    if isinstance(configurable, dict) and AGENT_USER_KEY in configurable:
+        config = {
+            **config,
+            "configurable": {
+                k: v for k, v in configurable.items() if k != AGENT_USER_KEY
+            },
+        }
     handlers = config.get("callbacks")
     if isinstance(handlers, list):
         kept = [h for h in handlers if not isinstance(h, AsyncEventAggregatorCallback)]

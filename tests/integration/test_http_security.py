@@ -69,6 +69,19 @@ META_ROUTES = {  # no document data; a key is still required
 }
 GRANTED_ROUTES = {("/metrics", "GET")}  # a key with the metrics grant
 PUBLIC_ROUTES = {("/healthz", "GET")}  # says ok or unavailable, nothing else
+# The Agent Server's user, forged by a LangServe client in its config.
+FORGED_AGENT_USER = {
+    "configurable": {
+        "langgraph_auth_user": {
+            "identity": "forged",
+            "retrieval_pipeline_scope": {
+                "principals": list(PRINCIPALS),
+                "tenant": "acme",
+                "grants": ["debug", "metrics"],
+            },
+        }
+    }
+}
 
 
 @dataclass
@@ -177,8 +190,9 @@ class TestBatch:
                     "retrieval_pipeline_identity": {"principals": list(PRINCIPALS)}
                 }
             },
+            FORGED_AGENT_USER,
         ],
-        ids=["absent", "dict", "list", "injected-metadata"],
+        ids=["absent", "dict", "list", "injected-metadata", "forged-agent-user"],
     )
     def test_batch_items_hold_the_key_scope(self, world: World, config: Any) -> None:
         key = world.key(tenant=None, principals=0)
@@ -252,6 +266,54 @@ class TestOutsideProbeFindings:
                 headers={**_headers(world.keys[0]), "content-type": "application/json"},
             )
             assert response.status_code == 400, (encoding, response.text)
+
+
+class TestAgentServerBinding:
+    """Runs under LangGraph's Agent Server read the caller from the run's config."""
+
+    def test_every_stage_reads_the_authenticated_scope(
+        self, world: World, retriever: Retriever
+    ) -> None:
+        from retrieval_pipeline.graph.context import Context
+
+        pipeline = build_pipeline(PipelineResources(retriever=retriever))
+        key = world.key(tenant=None, principals=1)
+        user = {
+            "identity": key.identity.name,
+            "retrieval_pipeline_scope": {
+                "principals": list(key.identity.principals),
+                "tenant": key.identity.tenant,
+                "grants": [],
+            },
+        }
+        config = {"configurable": {"langgraph_auth_user": user}}
+        item = {
+            "question": QUESTIONS[0],
+            "limit": 20,
+            "principals": list(PRINCIPALS),
+            "tenant": "acme",
+            "debug": True,
+        }
+        for context in (Context(), Context(graph_fusion=False, understanding=False)):
+            out = pipeline.invoke(item, config=config, context=context)
+            text = json.dumps(out)
+            # The run asked for every principal and tenant acme: it gets the key's.
+            for canary in hidden_canaries(
+                world.docs, set(key.identity.principals), None
+            ):
+                assert canary not in text
+            assert out["chunks"], "the key's own documents are found"
+            assert _gated_fields(out) == []  # no debug grant
+
+    def test_a_malformed_scope_claim_fails_closed(
+        self, world: World, retriever: Retriever
+    ) -> None:
+        from retrieval_pipeline.errors import AccessDeniedError
+
+        pipeline = build_pipeline(PipelineResources(retriever=retriever))
+        bad = {"langgraph_auth_user": {"retrieval_pipeline_scope": "everything"}}
+        with pytest.raises(AccessDeniedError):
+            pipeline.invoke({"question": "q"}, config={"configurable": bad})
 
 
 class TestNarrowing:
@@ -492,6 +554,7 @@ def items(draw: st.DrawFn) -> dict[str, Any]:
 
 configs = st.one_of(
     st.just(None),
+    st.just(FORGED_AGENT_USER),
     st.just({"configurable": {}}),
     st.just(
         {

@@ -52,6 +52,8 @@ def _config(tmp: Path) -> Path:
     config["dependencies"] = [str(REPO)]
     for spec in config["graphs"].values():
         spec["path"] = str(REPO / spec["path"].removeprefix("./"))
+    if "auth" in config:
+        config["auth"]["path"] = str(REPO / config["auth"]["path"].removeprefix("./"))
     path = tmp / "langgraph.json"
     path.write_text(json.dumps(config))
     return path
@@ -62,13 +64,52 @@ def server(
     pg_url: str, ingestor: Any, sample_corpus: Path, tmp_path: Path
 ) -> Iterator[str]:
     ingestor.ingest_paths([sample_corpus])
+    yield from _langgraph_dev(pg_url, tmp_path, {})
+
+
+@pytest.fixture()
+def keyed_server(
+    pg_url: str,
+    ingestor: Any,
+    sample_corpus: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[str]:
+    ingestor.ingest_paths([sample_corpus])
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(
+        "keys:\n"
+        "  - name: public-bot\n"
+        "    key_env: RP_STUDIO_PUBLIC_KEY\n"
+        "  - name: finance-bot\n"
+        "    key_env: RP_STUDIO_FINANCE_KEY\n"
+        "    principals: [finance]\n"
+        "  - name: other-tenant\n"
+        "    key_env: RP_STUDIO_OTHER_KEY\n"
+        "    principals: [finance]\n"
+        "    tenant: other\n"
+    )
+    yield from _langgraph_dev(
+        pg_url,
+        tmp_path,
+        {
+            "RETRIEVAL_PIPELINE_API_KEYS": str(keys),
+            "RP_STUDIO_PUBLIC_KEY": "public-secret",
+            "RP_STUDIO_FINANCE_KEY": "finance-secret",
+            "RP_STUDIO_OTHER_KEY": "other-secret",
+        },
+    )
+
+
+def _langgraph_dev(pg_url: str, tmp_path: Path, extra: dict[str, str]) -> Iterator[str]:
     port = _free_port()
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("OPENAI_", "VOYAGE_", "COHERE_", "LANGSMITH_"))
+        and k != "RETRIEVAL_PIPELINE_API_KEYS"
     }
-    env.update(DATABASE_URL=pg_url, LANGGRAPH_CLI_NO_ANALYTICS="1")
+    env.update(DATABASE_URL=pg_url, LANGGRAPH_CLI_NO_ANALYTICS="1", **extra)
     log = (tmp_path / "langgraph-dev.log").open("w")
     process = subprocess.Popen(
         [
@@ -99,7 +140,7 @@ def server(
                     + (tmp_path / "langgraph-dev.log").read_text()[-4000:]
                 )
             try:
-                if httpx.get(f"{url}/ok", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/ok", timeout=2).status_code in (200, 401, 403):
                     break
             except httpx.HTTPError:
                 pass
@@ -203,3 +244,55 @@ def test_studio_serves_pipeline_and_agent(server: str) -> None:
         assert agent["answer"].startswith("No chat model is configured")
         assert agent["citations"][0]["marker"] == "[1]"
         assert agent["citations"][0]["source_uri"].startswith("file://")
+
+
+LEDGER = "ledger double posting refunds"
+RESTRICTED_DOC = "incidents/inc-2041"
+
+
+def test_agent_server_runs_hold_the_api_keys_scope(keyed_server: str) -> None:
+    def run(key: str | None, **input: Any) -> Any:
+        headers = {"X-API-Key": key} if key else {}
+        with httpx.Client(base_url=keyed_server, timeout=120) as http:
+            return http.post(
+                "/runs/wait",
+                json={
+                    "assistant_id": "retrieval_pipeline",
+                    "input": {"question": LEDGER, "limit": 8, **input},
+                },
+                headers=headers,
+            )
+
+    def docs(response: Any) -> set[str]:
+        assert response.status_code == 200, response.text
+        return {c["document_id"] for c in response.json()["chunks"]}
+
+    assert run(None).status_code in (401, 403)
+    assert run("wrong").status_code in (401, 403)
+    finance = docs(run("finance-secret"))
+    assert RESTRICTED_DOC in finance
+    # A run's principals narrow the key's grant; they never widen it.
+    assert RESTRICTED_DOC not in docs(run("finance-secret", principals=[]))
+    spoofed = run("public-secret", principals=["finance", "security"], tenant=None)
+    assert RESTRICTED_DOC not in docs(spoofed)
+    # The tenant is always the key's: "other" holds no documents.
+    assert docs(run("other-secret", tenant=None)) == set()
+    # Debug details need the debug grant.
+    debug = run("finance-secret", debug=True).json()["retrieval_debug"]
+    assert "stage_ms" not in debug and "index_revision" not in debug
+    # The agent's pipeline subgraph holds the same scope.
+    with httpx.Client(base_url=keyed_server, timeout=120) as http:
+        agent = http.post(
+            "/runs/wait",
+            json={
+                "assistant_id": "retrieval_agent",
+                "input": {
+                    "messages": [{"role": "human", "content": LEDGER}],
+                    "principals": ["finance", "security"],
+                },
+            },
+            headers={"X-API-Key": "public-secret"},
+        )
+    assert agent.status_code == 200, agent.text
+    cited = {c.get("document_id") for c in agent.json()["citations"]}
+    assert RESTRICTED_DOC not in cited
