@@ -456,6 +456,14 @@ def _reliability_section(result: dict) -> list[str]:  # type: ignore[type-arg]
         f"bytes that are not UTF-8, content types, keys) | "
         f"{value('http_fuzz_requests')} | 5xx: 0; statuses "
         f"{f.get('http_fuzz_requests', {}).get('statuses', {})} |",
+        f"| PipelineVectorStore reads and writes: generated corpora and caller scopes; "
+        f"every search, MMR, get_by_ids and filter returns exactly the visible "
+        f"documents; delete and add on hidden or other-tenant ids change nothing and "
+        f"answer as for a missing id | "
+        f"{value('vectorstore_property_cases')} corpora "
+        f"({f.get('vectorstore_property_cases', {}).get('scopes', '-')} scopes) | "
+        f"leaks or writes: "
+        f"{f.get('vectorstore_property_cases', {}).get('leaks', '-')} |",
         f"| fuzzed query requests through the HTTP endpoint | "
         f"{value('query_fuzz_requests')} | 5xx: 0; statuses "
         f"{f.get('query_fuzz_requests', {}).get('statuses', {})} |",

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 import pytest
+from figures import record_figure
 from helpers import property_settings
 from hypothesis import given
 from hypothesis import strategies as st
@@ -367,6 +368,9 @@ scopes = st.lists(
 )
 
 
+_CHECKED = {"examples": 0, "scopes": 0}
+
+
 @given(rows=corpus_rows, scopes=scopes, kinds=st.lists(st.sampled_from(KINDS)))
 @property_settings(max_examples=50)
 def test_the_vector_store_never_reads_or_writes_outside_its_scope(
@@ -432,3 +436,11 @@ def test_the_vector_store_never_reads_or_writes_outside_its_scope(
                 vs.add_texts([TEXTS[0]], [{"kind": "x"}], ids=[hidden_id])
             assert not any(p in str(refused.value) for p in PRINCIPALS)
         assert snapshot(store) == before
+        _CHECKED["scopes"] += 1
+    _CHECKED["examples"] += 1
+    record_figure(
+        "vectorstore_property_cases",
+        _CHECKED["examples"],
+        scopes=_CHECKED["scopes"],
+        leaks=0,
+    )
