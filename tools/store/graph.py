@@ -72,19 +72,22 @@ def _curation(entity: str) -> sql.Composable:
     document scope, as for attestation. For ``CROSS JOIN LATERAL (...)``.
     """
     visible = _VISIBLE.format(a="cur_d")
+    order = "cur_d.ingested_at DESC, cur_d.id DESC"
 
     def newest(column: str) -> str:
         return (
-            f"(SELECT cur.{column} FROM entity_curation cur"
-            f" JOIN documents cur_d ON cur_d.id = cur.document_id"
-            f" WHERE cur.entity_id = {entity} AND cur.{column} IS NOT NULL"
-            f" AND {visible} ORDER BY cur_d.ingested_at DESC, cur_d.id DESC LIMIT 1)"
+            f"(array_agg(cur.{column} ORDER BY {order})"
+            f" FILTER (WHERE cur.{column} IS NOT NULL))[1]"
         )
 
+    # One index probe per entity (most have no curation row at all), one row always:
+    # an aggregate without GROUP BY.
     return sql.SQL(
         f"SELECT coalesce({newest('canonical_id')}, {entity}) AS canonical,"
         f" coalesce({newest('lifecycle')}, 'served') AS lifecycle,"
         f" coalesce({newest('type')}, 'thing') AS type"
+        f" FROM entity_curation cur JOIN documents cur_d ON cur_d.id = cur.document_id"
+        f" WHERE cur.entity_id = {entity} AND {visible}"
     )
 
 
@@ -326,12 +329,17 @@ class GraphStore:
         }
         doc_filter = self._filter(scope)
         params = scope.params()
-        with self.store.connection() as conn:
+        with self.store.connection() as conn, conn.transaction():
+            # These statements are large (curation and attestation per entity) and
+            # cheap to run: planning them cost more than running them (3.9 ms
+            # against 2.6 ms). Prepared once per connection, with a generic plan.
+            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             seeds = [
                 (r[0], float(r[1]))
                 for r in conn.execute(
                     SEED_ENTITIES.format(doc_filter=doc_filter, **_SEED_PARTS),
                     params | seed_params | {"top": top_entities},
+                    prepare=True,
                 ).fetchall()
             ]
             if not seeds:
@@ -352,6 +360,7 @@ class GraphStore:
                         "exclude": list(reached),
                         "cap": frontier_cap,
                     },
+                    prepare=True,
                 ).fetchall()
                 frontier = [(r[0], float(r[1])) for r in rows]
                 hops.append(frontier)
@@ -369,6 +378,7 @@ class GraphStore:
                         "weights": [w for _, w in ordered],
                         "cap": document_cap,
                     },
+                    prepare=True,
                 ).fetchall()
             ]
         return GraphExpansion(seeds, hops, documents)
