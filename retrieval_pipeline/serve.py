@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -357,16 +357,7 @@ def create_app(
     return app
 
 
-SERVED_ENDPOINTS: tuple[EndpointName, ...] = (
-    "invoke",
-    "batch",
-    "stream",
-    "stream_log",
-    "input_schema",
-    "output_schema",
-    "config_schema",
-    "playground",
-)
+SERVED_ENDPOINTS: tuple[EndpointName, ...] = get_args(EndpointName)
 """LangServe endpoints the app enables (``stream_events`` and feedback are off)."""
 
 
@@ -484,16 +475,8 @@ class _RequestMetrics:
             )
 
 
-_ROUTES = (
-    "invoke",
-    "batch",
-    "stream_log",
-    "stream",
-    "input_schema",
-    "output_schema",
-    "config_schema",
-    "playground",
-)
+# Metric labels: the served endpoints, longest first so "stream_log" is not "stream".
+_ROUTES = tuple(sorted(SERVED_ENDPOINTS, key=len, reverse=True))
 
 
 def _route_label(path: str) -> str:
