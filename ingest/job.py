@@ -29,6 +29,7 @@ from retrieval_pipeline.ingest.loaders import (
     discover,
     load_file,
 )
+from retrieval_pipeline.ingest.site import prepare_site
 from retrieval_pipeline.tools.embeddings import Embedder
 from retrieval_pipeline.tools.store.records import (
     ChunkRecord,
@@ -42,6 +43,8 @@ from retrieval_pipeline.tools.tokens import TokenCounter, default_token_counter
 logger = logging.getLogger(__name__)
 
 DOCUMENT_BATCH = 128  # documents embedded together; bounds memory on big corpora
+SITE_LINKS = True
+"""Links between the pages of one ingest become graph relations (bench/documents.py)."""
 
 
 @dataclass
@@ -135,13 +138,65 @@ def chunk_document(source: SourceDocument, counter: TokenCounter) -> list[Chunk]
         return [Chunk(0, (), start, end, body, counter.count(body))]
     structured = source.kind in ("markdown", "html")
     base = () if structured else ((source.title,) if source.title else ())
-    return chunk_text(
+    chunks = chunk_text(
         source.content,
         counter=counter,
         start=source.body_start,
         structured=structured,
         base_headings=base,
     )
+    if source.kind == "html":
+        chunks = merge_small_chunks(source.content, chunks, counter)
+    return chunks
+
+
+SMALL_CHUNK_TOKENS = 24
+"""A chunk this short (a title line, "VACUUM — garbage-collect a database") is merged
+into the next chunk of its page: alone it is all topic and no content, and wins
+dense rankings it should not."""
+
+
+def merge_small_chunks(
+    text: str,
+    chunks: list[Chunk],
+    counter: TokenCounter,
+    *,
+    min_tokens: int = SMALL_CHUNK_TOKENS,
+    max_tokens: int = CHUNK_MAX_TOKENS,
+) -> list[Chunk]:
+    """Merge each chunk under ``min_tokens`` into a neighbour of its document.
+
+    The next chunk when the merged span fits ``max_tokens``, else the previous one.
+    The merged body is the exact span from the first chunk's start to the second's
+    end (a heading line between them included), with the heading path of the chunk
+    it joins.
+    """
+    spans = [(c.char_start, c.char_end, c.heading_path) for c in chunks]
+    merged: list[tuple[int, int, tuple[str, ...]]] = []
+    i = 0
+    while i < len(spans):
+        lo, hi, path = spans[i]
+        small = counter.count(text[lo:hi]) < min_tokens
+        if small and i + 1 < len(spans):
+            n_lo, n_hi, n_path = spans[i + 1]
+            if n_lo >= hi and counter.count(text[lo:n_hi]) <= max_tokens:
+                spans[i + 1] = (lo, n_hi, n_path)
+                i += 1
+                continue
+        if small and merged and lo >= merged[-1][1]:
+            p_lo, _, p_path = merged[-1]
+            if counter.count(text[p_lo:hi]) <= max_tokens:
+                merged[-1] = (p_lo, hi, p_path)
+                i += 1
+                continue
+        merged.append((lo, hi, path))
+        i += 1
+    if len(merged) == len(chunks):
+        return chunks
+    return [
+        Chunk(n, path, lo, hi, text[lo:hi], counter.count(text[lo:hi]))
+        for n, (lo, hi, path) in enumerate(merged)
+    ]
 
 
 class Ingestor:
@@ -170,8 +225,14 @@ class Ingestor:
         principals: Sequence[str] = (),
         title_entities: bool = False,
         prune: bool = False,
+        site_links: bool = SITE_LINKS,
     ) -> IngestSummary:
-        """Ingest files and directories (recursively); see :class:`IngestSummary`."""
+        """Ingest files and directories (recursively); see :class:`IngestSummary`.
+
+        Shared HTML boilerplate is removed across the loaded pages, and with
+        ``site_links`` links between them become graph relations
+        (:mod:`retrieval_pipeline.ingest.site`).
+        """
         started = time.perf_counter()
         summary = IngestSummary()
         targets = [Path(p) for p in paths]
@@ -195,6 +256,7 @@ class Ingestor:
                 except IngestError as exc:
                     logger.warning("skipping %s", exc)
                     summary.failures.append((exc.path, exc.reason))
+        sources = prepare_site(sources, links=site_links)
         self._ingest_sources(sources, summary)
         if prune:
             summary.removed = self._prune(targets, sources, tenant)

@@ -45,15 +45,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from retrieval_pipeline.errors import IngestError
+from retrieval_pipeline.ingest.html import parse_html
+from retrieval_pipeline.ingest.site import markdown_links
 from retrieval_pipeline.tools.store.records import LIFECYCLES, EntitySpec, RelationSpec
 
 PARSER_VERSION = "rp-parse/1"
@@ -158,6 +159,8 @@ class SourceDocument:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    links: tuple[str, ...] = ()
+    """Link targets in the body (``href`` / markdown link), for the site's graph."""
     entities: tuple[EntitySpec, ...] = ()
     relations: tuple[RelationSpec, ...] = ()
     title_entity: bool = False
@@ -215,17 +218,21 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     body_start = 0
     if kind == "markdown":
         front, body_start = _front_matter(path, text)
+    links: tuple[str, ...] = ()
     if kind == "html":
-        text, html_title, front = _html(path, text)
+        text, html_title, front, links = _html(path, text)
         if html_title:
             sidecar.setdefault("title", html_title)
+    elif kind == "markdown":
+        links = markdown_links(text[body_start:])
     meta = _merge(sidecar, front)
     rel = _relative(path, defaults.root)
     title = str(meta.pop("title", "") or _first_heading(text[body_start:]) or path.stem)
     source_id = str(meta.pop("id", "") or rel)
-    return [
-        _document(path, source_id, title, rel, text, body_start, kind, meta, defaults)
-    ]
+    document = _document(
+        path, source_id, title, rel, text, body_start, kind, meta, defaults
+    )
+    return [replace(document, links=links) if links else document]
 
 
 def _read_text(path: Path) -> str:
@@ -681,101 +688,19 @@ def _relations(where: str, value: Any) -> tuple[RelationSpec, ...]:
     return tuple(specs)
 
 
-class _HTMLToMarkdown(HTMLParser):
-    """Keep text and heading structure; drop scripts, styles and markup."""
+def _html(path: Path, html: str) -> tuple[str, str, dict[str, Any], tuple[str, ...]]:
+    """Text, title, access-control ``<meta name=...>`` tags, and content links.
 
-    _BLOCK = {
-        "p",
-        "div",
-        "li",
-        "tr",
-        "section",
-        "article",
-        "br",
-        "pre",
-        "blockquote",
-        "ul",
-        "ol",
-        "table",
-        "header",
-        "footer",
-        "main",
-    }
-    _SKIP = {"script", "style", "noscript", "template", "head"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title = ""
-        self._skip = 0
-        self._in_title = False
-        self._heading: int | None = None
-        self.meta: list[tuple[str, str]] = []  # (name, content) of <meta name=...>
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "meta":
-            named = dict(attrs)
-            if named.get("name"):
-                self.meta.append((str(named["name"]), named.get("content") or ""))
-        if tag == "title":
-            self._in_title = True
-        if tag in self._SKIP:
-            self._skip += 1
-        elif re.fullmatch(r"h[1-6]", tag):
-            self._heading = int(tag[1])
-            self.parts.append("\n\n" + "#" * self._heading + " ")
-        elif tag == "li":
-            self.parts.append("\n- ")
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title":
-            self._in_title = False
-        if tag in self._SKIP:
-            self._skip = max(0, self._skip - 1)
-        elif re.fullmatch(r"h[1-6]", tag):
-            self._heading = None
-            self.parts.append("\n\n")
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        if self._skip:
-            return
-        text = re.sub(r"\s+", " ", data)
-        if self._heading is not None:
-            text = text.replace("\n", " ")
-        self.parts.append(text)
-
-
-def _parse_html(html: str) -> tuple[str, str, list[tuple[str, str]]]:
-    parser = _HTMLToMarkdown()
-    parser.feed(html)
-    parser.close()
-    text = "".join(parser.parts)
-    lines = [line.strip() for line in text.split("\n")]
-    text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n"
-    return text, re.sub(r"\s+", " ", parser.title).strip(), parser.meta
-
-
-def html_to_markdown(html: str) -> tuple[str, str]:
-    """Convert HTML to markdown-like text (headings kept); return (text, <title>)."""
-    text, title, _meta = _parse_html(html)
-    return text, title
-
-
-def _html(path: Path, html: str) -> tuple[str, str, dict[str, Any]]:
-    """Text, title, and the access-control ``<meta name=...>`` tags as metadata.
+    The page is read by :func:`retrieval_pipeline.ingest.html.parse_html` (main
+    content only, as markdown).
 
     Meta names are case-insensitive in HTML. Only access-control names are lifted
     (``<meta name="principals" content="a,b">``, ``tenant``, ``acl``, ``public``
     with ``true``/``false``, and any look-alike so that it is refused); other meta
     tags stay out of the metadata.
     """
-    text, title, tags = _parse_html(html)
+    parsed = parse_html(html)
+    text, title, tags = parsed.text, parsed.title, parsed.meta
     meta: dict[str, Any] = {}
     for raw_name, content in tags:
         name = raw_name.strip().lower()
@@ -789,4 +714,4 @@ def _html(path: Path, html: str) -> tuple[str, str, dict[str, Any]]:
         if name == PUBLIC_KEY and content.strip().lower() in ("true", "false"):
             value = content.strip().lower() == "true"
         meta[name] = value
-    return text, title, meta
+    return text, title, meta, tuple(parsed.links)

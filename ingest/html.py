@@ -1,0 +1,643 @@
+"""HTML to markdown that reads like the page a person sees.
+
+The page is parsed with selectolax's lexbor engine (an HTML5 parser: fast, and it
+repairs real-world markup the way a browser does). On the parsed tree:
+
+1. **Main content only.** ``<main>`` or ``[role=main]`` when the page has one, else
+   its single ``<article>``, else ``<body>``. Inside it, chrome is dropped: scripts,
+   styles, forms, ``<nav>``, banner ``<header>``/``<footer>``, ``<aside>`` that is
+   not a note, ARIA landmark roles (navigation, banner, contentinfo, search,
+   complementary), elements whose class or id names chrome (``navheader``,
+   ``sphinxsidebar``, ``related``, ``breadcrumbs``, ``footer``, ...) or whose
+   ``summary``/``aria-label`` says navigation, and heading permalinks (``¶``).
+   Lines repeated across most pages of one ingest are removed afterwards
+   (:func:`drop_repeated_lines`): boilerplate that carries no markup hint.
+2. **Headings** come from the real heading hierarchy with the page title as the
+   root (``# Title``); the page's own headings sit below it, so a reference page
+   whose command name is a sibling heading of "Parameters" still carries it. A body
+   heading that is the title (or the start of ``<title>``, as in
+   "json — ... — Python documentation") becomes the root.
+3. **Admonitions** (note, tip, warning, ... boxes) are blocks: their title becomes a
+   label ("Note:") on their first paragraph, never a heading.
+4. **Code** (``<pre>``) keeps its line breaks as a fenced block; a long listing is
+   cut at line boundaries into several fences, so the chunker never splits a line.
+5. **Tables** are serialised row by row with ``|`` between cells and the header row
+   first; a long table is cut at row boundaries, each part repeating the header.
+6. **Lists** come out one item per line (nested items indented); definition lists
+   give the term and its description as separate blocks, never glued.
+
+Links inside the main content are returned too (``href`` values, in order), so an
+ingest can turn links between its own pages into graph relations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+_DROP_TAGS = frozenset(
+    {
+        "script",
+        "style",
+        "noscript",
+        "template",
+        "nav",
+        "form",
+        "button",
+        "input",
+        "select",
+        "textarea",
+        "iframe",
+        "svg",
+        "canvas",
+        "object",
+        "embed",
+        "link",
+        "meta",
+        "head",
+        "title",
+        "dialog",
+    }
+)
+_DROP_ROLES = frozenset(
+    {"navigation", "banner", "contentinfo", "search", "complementary", "menu"}
+)
+# Class and id tokens that name page chrome (compared whole, case-insensitively).
+_CHROME_TOKENS = frozenset(
+    {
+        "nav",
+        "navbar",
+        "navheader",
+        "navfooter",
+        "navigation",
+        "navlinks",
+        "menu",
+        "menubar",
+        "breadcrumb",
+        "breadcrumbs",
+        "sidebar",
+        "sphinxsidebar",
+        "sphinxsidebarwrapper",
+        "related",
+        "footer",
+        "masthead",
+        "topbar",
+        "toolbar",
+        "pager",
+        "pagination",
+        "skiplink",
+        "skip-link",
+        "skip-links",
+        "cookie",
+        "cookies",
+        "cookie-banner",
+        "searchbox",
+        "search-box",
+        "headerlink",
+        "anchorlink",
+        "anchor-link",
+        "edit-this-page",
+        "social",
+        "share",
+        "advertisement",
+        "mobile-nav",
+        "site-header",
+        "site-footer",
+        "page-footer",
+    }
+)
+_CHROME_PREFIXES = ("navbar-", "breadcrumb", "sidebar-", "skip-to")
+_CHROME_SUFFIXES = ("-nav", "-navigation", "-navbar", "-menu", "-sidebar")
+_ADMONITION_TOKENS = frozenset(
+    {
+        "admonition",
+        "note",
+        "tip",
+        "hint",
+        "warning",
+        "caution",
+        "important",
+        "attention",
+        "danger",
+        "error",
+        "seealso",
+        "callout",
+        "alert",
+        "notice",
+        "versionadded",
+        "versionchanged",
+        "deprecated",
+    }
+)
+_ADMONITION_WORDS = frozenset(
+    {
+        "note",
+        "notes",
+        "tip",
+        "tips",
+        "hint",
+        "warning",
+        "caution",
+        "important",
+        "attention",
+        "danger",
+        "see also",
+    }
+)
+_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+_BLOCKS = frozenset(
+    {
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "body",
+        "blockquote",
+        "figure",
+        "figcaption",
+        "address",
+        "center",
+        "details",
+        "summary",
+        "fieldset",
+        "header",
+        "footer",
+        "aside",
+        "hr",
+        "caption",
+        "tbody",
+        "thead",
+        "tfoot",
+        "colgroup",
+    }
+)
+_NAV_RELS = frozenset(
+    {"prev", "previous", "next", "up", "home", "start", "first", "last", "index"}
+)
+MAX_DEPTH = 160  # deeper markup is read as flat text (hostile or broken pages)
+CODE_PART_CHARS = 700  # a fenced part of a long listing (~200 tokens of code)
+TABLE_PART_CHARS = 900  # rows per table part, the header repeated on each
+_SPACE = re.compile(r"\s+")
+_MARKDOWN_START = re.compile(r"^(#|```|~~~)")
+
+
+@dataclass
+class ParsedHTML:
+    """A page read into markdown: text, title, ``<meta name>`` tags and links."""
+
+    text: str
+    title: str
+    meta: list[tuple[str, str]] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+
+
+def _tokens(node: LexborNode) -> list[str]:
+    attrs = node.attributes
+    words = f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower().split()
+    return words
+
+
+def _is_admonition(node: LexborNode) -> bool:
+    return any(t in _ADMONITION_TOKENS for t in _tokens(node))
+
+
+def _is_chrome(node: LexborNode, inside_main: bool) -> bool:
+    tag = node.tag or ""
+    if tag in _DROP_TAGS:
+        return True
+    attrs = node.attributes
+    if (attrs.get("role") or "").strip().lower() in _DROP_ROLES:
+        return not _is_admonition(node)
+    if tag == "aside":
+        return not _is_admonition(node) and not any(
+            "footnote" in t for t in _tokens(node)
+        )
+    if tag in ("header", "footer") and not inside_main:
+        return True
+    if attrs.get("hidden") is not None or attrs.get("aria-hidden") == "true":
+        return True
+    for token in _tokens(node):
+        if (
+            token in _CHROME_TOKENS
+            or token.startswith(_CHROME_PREFIXES)
+            or token.endswith(_CHROME_SUFFIXES)
+        ):
+            return True
+    label = f"{attrs.get('summary') or ''} {attrs.get('aria-label') or ''}".lower()
+    if "navigation" in label or "breadcrumb" in label:
+        return True
+    return tag in ("table", "div", "p", "ul", "ol") and _nav_link_block(node)
+
+
+def _nav_link_block(node: LexborNode) -> bool:
+    """A block whose links are prev/next/up/home navigation (rel or accesskey)."""
+    anchors = node.css("a")
+    if len(anchors) < 2 or len(anchors) > 12:
+        return False
+    nav = 0
+    for a in anchors:
+        rel = (a.attributes.get("rel") or "").lower().split()
+        if a.attributes.get("accesskey") or any(r in _NAV_RELS for r in rel):
+            nav += 1
+    return nav >= 2 and nav * 2 >= len(anchors)
+
+
+def _main(tree: LexborHTMLParser) -> LexborNode | None:
+    for selector in ("main", "[role=main]"):
+        found = tree.css(selector)
+        if len(found) == 1:
+            return found[0]
+    articles = tree.css("article")
+    if len(articles) == 1:
+        return articles[0]
+    return tree.body
+
+
+def _clean(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def _escape(line: str) -> str:
+    """Keep a text line from reading as a markdown heading or fence."""
+    return "\\" + line if _MARKDOWN_START.match(line) else line
+
+
+class _Renderer:
+    """Walks the cleaned main content and emits markdown blocks."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[str, str, int]] = []  # (kind, text, level)
+        self._inline: list[str] = []
+        self._label = ""  # an admonition title waiting for its first paragraph
+
+    # -- inline text -----------------------------------------------------------------
+    def _flush(self) -> None:
+        raw = "".join(self._inline)
+        self._inline.clear()
+        lines = [_clean(line) for line in raw.split("\n")]
+        text = "\n".join(_escape(line) for line in lines if line)
+        if not text:
+            return
+        if self._label:
+            text = f"{self._label}: {text}"
+            self._label = ""
+        self.blocks.append(("p", text, 0))
+
+    def _set_label(self, label: str) -> None:
+        self._flush()
+        if self._label:  # a label with nothing under it still shows
+            self.blocks.append(("p", self._label + ":", 0))
+        self._label = label.rstrip(":").strip()
+
+    # -- the walk --------------------------------------------------------------------
+    def walk(self, node: LexborNode, depth: int = 0, admonition: bool = False) -> None:
+        for child in node.iter(include_text=True):
+            tag = child.tag or ""
+            if tag == "-text":
+                self._inline.append(_SPACE.sub(" ", child.text_content or ""))
+                continue
+            if tag.startswith("-"):
+                continue
+            if depth > MAX_DEPTH:
+                self._inline.append(" " + (child.text(deep=True) or "") + " ")
+                continue
+            self._element(child, tag, depth, admonition)
+
+    def _element(
+        self, child: LexborNode, tag: str, depth: int, admonition: bool
+    ) -> None:
+        if tag in _HEADINGS:
+            text = _clean(_flat(child))
+            if not text:
+                return
+            if admonition or text.casefold().rstrip(":") in _ADMONITION_WORDS:
+                self._set_label(text)
+                return
+            self._flush()
+            self.blocks.append(("h", text, _HEADINGS[tag]))
+        elif tag == "pre":
+            self._flush()
+            self._code(child.text(deep=True) or "")
+        elif tag == "br":
+            self._inline.append("\n")
+        elif tag == "table":
+            self._flush()
+            self._table(child, depth)
+        elif tag in ("ul", "ol", "menu"):
+            self._flush()
+            lines = _list_lines(child, 0, depth)
+            if lines:
+                self.blocks.append(("list", "\n".join(lines), 0))
+        elif tag == "dl":
+            self._flush()
+            self._definitions(child, depth, admonition)
+        elif tag in _BLOCKS or tag == "li":
+            self._flush()
+            classes = _tokens(child)
+            if "admonition-title" in classes or (admonition and "title" in classes):
+                self._set_label(_clean(_flat(child)))
+                return
+            inner = admonition or _is_admonition(child)
+            self.walk(child, depth + 1, inner)
+            self._flush()
+        elif tag == "img":
+            return
+        else:
+            self.walk(child, depth + 1, admonition)
+
+    def _code(self, raw: str) -> None:
+        lines = raw.replace("\r\n", "\n").replace("\t", "    ").split("\n")
+        while lines and not lines[0].strip():
+            lines.pop(0)
+        while lines and not lines[-1].strip():
+            lines.pop()
+        if not lines:
+            return
+        lines = [line.rstrip() for line in lines]
+        longest = max((len(m) for m in re.findall(r"`{3,}", raw)), default=2)
+        fence = "`" * max(3, longest + 1)
+        part: list[str] = []
+        size = 0
+        for line in lines:
+            if part and size + len(line) > CODE_PART_CHARS:
+                self.blocks.append(("code", _fenced(fence, part), 0))
+                part, size = [], 0
+            part.append(line)
+            size += len(line) + 1
+        self.blocks.append(("code", _fenced(fence, part), 0))
+
+    def _table(self, table: LexborNode, depth: int) -> None:
+        rows: list[list[str]] = []
+        header: list[str] | None = None
+        for tr in table.css("tr"):
+            if _owner_table(tr) != table.mem_id:
+                continue  # a nested table's row: read with its cell's text
+            cells = [c for c in tr.iter() if c.tag in ("td", "th")]
+            texts = [_clean(_flat(c)).replace("|", "\\|") for c in cells]
+            if not any(texts):
+                continue
+            in_head = tr.parent is not None and tr.parent.tag == "thead"
+            if (
+                header is None
+                and not rows
+                and (in_head or all(c.tag == "th" for c in cells))
+            ):
+                header = texts
+                continue
+            rows.append(texts)
+        caption = table.css_first("caption")
+        if caption is not None and _clean(_flat(caption)):
+            self.blocks.append(("p", _escape(_clean(_flat(caption))), 0))
+        if header is None and len(rows) <= 1 and sum(len(r) for r in rows) <= 1:
+            # A one-cell layout table: read its content as ordinary blocks.
+            for cell in table.css("td, th"):
+                self.walk(cell, depth + 1)
+                self._flush()
+            return
+        head = (
+            ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+            if header
+            else []
+        )
+        part: list[str] = []
+        size = 0
+        for row in rows:
+            line = "| " + " | ".join(row) + " |"
+            if part and size + len(line) > TABLE_PART_CHARS:
+                self.blocks.append(("table", "\n".join(head + part), 0))
+                part, size = [], 0
+            part.append(line)
+            size += len(line) + 1
+        if part or head:
+            self.blocks.append(("table", "\n".join(head + part), 0))
+
+    def _definitions(self, dl: LexborNode, depth: int, admonition: bool) -> None:
+        for child in dl.iter():
+            if child.tag == "dt":
+                text = _clean(_flat(child))
+                if text:
+                    self.blocks.append(("p", _escape(text), 0))
+            elif child.tag == "dd":
+                self.walk(child, depth + 1, admonition)
+                self._flush()
+            elif child.tag == "div":  # HTML allows <div> groups of dt/dd
+                self._definitions(child, depth + 1, admonition)
+
+    def finish(self) -> list[tuple[str, str, int]]:
+        self._flush()
+        if self._label:
+            self.blocks.append(("p", self._label + ":", 0))
+            self._label = ""
+        return self.blocks
+
+
+def _fenced(fence: str, lines: list[str]) -> str:
+    return fence + "\n" + "\n".join(lines) + "\n" + fence
+
+
+def _owner_table(node: LexborNode) -> int | None:
+    """The ``mem_id`` of the table a row belongs to (wrappers are not unique)."""
+    parent = node.parent
+    while parent is not None and parent.tag != "table":
+        parent = parent.parent
+    return parent.mem_id if parent is not None else None
+
+
+_FLAT_BREAKS = _BLOCKS | {"li", "tr", "td", "th", "dt", "dd", "pre", "br", "table"}
+
+
+def _flat(node: LexborNode, depth: int = 0) -> str:
+    """All text of ``node``, with a space wherever a block or cell boundary falls."""
+    if depth > MAX_DEPTH:
+        return node.text(deep=True) or ""
+    parts: list[str] = []
+    for child in node.iter(include_text=True):
+        tag = child.tag or ""
+        if tag == "-text":
+            parts.append(child.text_content or "")
+        elif not tag.startswith("-"):
+            gap = " " if tag in _FLAT_BREAKS or tag in _HEADINGS else ""
+            parts.append(gap + _flat(child, depth + 1) + gap)
+    return "".join(parts)
+
+
+def _list_lines(node: LexborNode, level: int, depth: int) -> list[str]:
+    ordered = node.tag == "ol"
+    lines: list[str] = []
+    number = 0
+    for item in node.iter():
+        if item.tag != "li":
+            continue
+        number += 1
+        nested = [c for c in item.iter() if c.tag in ("ul", "ol")]
+        own: list[str] = []
+        for child in item.iter(include_text=True):
+            if child.tag in ("ul", "ol"):
+                continue
+            if child.tag == "-text":
+                own.append(child.text_content or "")
+            elif not (child.tag or "").startswith("-"):
+                own.append(" " + _flat(child, depth + 1) + " ")
+        text = _clean("".join(own))
+        marker = f"{number}." if ordered else "-"
+        if text:
+            lines.append("  " * level + f"{marker} {text}")
+        for sub in nested:
+            if depth < MAX_DEPTH:
+                lines.extend(_list_lines(sub, level + (1 if text else 0), depth + 1))
+    return lines
+
+
+def _remove_chrome(root: LexborNode) -> None:
+    doomed: list[LexborNode] = []
+    stack: list[tuple[LexborNode, int]] = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        for child in node.iter():
+            if _is_chrome(child, inside_main=_inside_content(child)):
+                doomed.append(child)
+            elif depth < MAX_DEPTH:
+                stack.append((child, depth + 1))
+    for node in doomed:
+        node.decompose()
+
+
+def _inside_content(node: LexborNode) -> bool:
+    """Whether a header/footer belongs to an article or section (kept), not the page."""
+    parent = node.parent
+    while parent is not None:
+        if parent.tag in ("article", "section", "main") or (
+            parent.attributes.get("role") == "main"
+        ):
+            return True
+        parent = parent.parent
+    return False
+
+
+def parse_html(html: str) -> ParsedHTML:
+    """Read a page: main content as markdown, title, meta tags and content links."""
+    tree = LexborHTMLParser(html)
+    title_node = tree.css_first("title")
+    title = _clean(title_node.text(deep=True) or "") if title_node else ""
+    meta = [
+        (str(m.attributes.get("name")), m.attributes.get("content") or "")
+        for m in tree.css("meta[name]")
+        if m.attributes.get("name")
+    ]
+    root = _main(tree)
+    if root is None:
+        return ParsedHTML("", title, meta)
+    _remove_chrome(root)
+    links = [
+        str(a.attributes.get("href")).strip()
+        for a in root.css("a[href]")
+        if a.attributes.get("href")
+    ]
+    renderer = _Renderer()
+    renderer.walk(root)
+    blocks = renderer.finish()
+    title, blocks = _root_title(title, blocks)
+    return ParsedHTML(_render(title, blocks), title, meta, links)
+
+
+def _root_title(
+    title: str, blocks: list[tuple[str, str, int]]
+) -> tuple[str, list[tuple[str, str, int]]]:
+    """The page title, and the blocks with that title's own heading removed.
+
+    The first body heading is the title when it equals ``<title>`` or starts it
+    ("json — JSON encoder" of "json — JSON encoder — Python 3.11 documentation");
+    with no ``<title>``, the first heading is the title.
+    """
+    first = next((i for i, b in enumerate(blocks) if b[0] == "h"), None)
+    if first is None:
+        return title, blocks
+    heading = blocks[first][1]
+    folded, head = title.casefold(), heading.casefold().rstrip(" ¶#")
+    if not title or folded == head or (len(head) >= 3 and folded.startswith(head)):
+        return heading.rstrip(" ¶"), blocks[:first] + blocks[first + 1 :]
+    return title, blocks
+
+
+def _render(title: str, blocks: list[tuple[str, str, int]]) -> str:
+    levels = [level for kind, _, level in blocks if kind == "h"]
+    shift = 2 - min(levels) if levels else 0
+    out: list[str] = [f"# {title}"] if title else []
+    for kind, text, level in blocks:
+        if kind == "h":
+            out.append("#" * min(6, max(2, level + shift)) + " " + text)
+        else:
+            out.append(text)
+    return "\n\n".join(out).strip() + "\n"
+
+
+def html_to_markdown(html: str) -> tuple[str, str]:
+    """Convert HTML to markdown (main content, headings kept); return (text, title)."""
+    parsed = parse_html(html)
+    return parsed.text, parsed.title
+
+
+# --- boilerplate across the pages of one ingest -----------------------------------
+REPEATED_SHARE = 0.5
+"""A line on at least this share of an ingest's HTML pages is boilerplate."""
+REPEATED_MIN_PAGES = 4
+"""...and on at least this many pages (fewer pages say nothing about a site)."""
+
+
+def _content_lines(text: str) -> Iterable[tuple[int, int, str]]:
+    """(start, end, normalised line) of each prose line outside fences and headings."""
+    fence: str | None = None
+    pos = 0
+    for line in text.split("\n"):
+        start, pos = pos, pos + len(line) + 1
+        stripped = line.strip()
+        if fence is not None:
+            if stripped.startswith(fence):
+                fence = None
+            continue
+        match = re.match(r"(`{3,}|~{3,})", stripped)
+        if match:
+            fence = match.group(1)
+            continue
+        if (
+            not stripped
+            or stripped.startswith("#")
+            or re.fullmatch(r"\|( --- \|)+", stripped)
+        ):
+            continue
+        yield start, start + len(line), stripped.casefold()
+
+
+def repeated_lines(texts: Sequence[str]) -> set[str]:
+    """Normalised prose lines that recur on most of these pages (site boilerplate)."""
+    if len(texts) < REPEATED_MIN_PAGES:
+        return set()
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update({line for _, _, line in _content_lines(text)})
+    floor = max(REPEATED_MIN_PAGES, REPEATED_SHARE * len(texts))
+    return {line for line, n in counts.items() if n >= floor}
+
+
+def drop_lines(text: str, doomed: set[str]) -> str:
+    """``text`` without the given prose lines; tables left with no rows go too."""
+    if not doomed:
+        return text
+    cut = [(s, e) for s, e, line in _content_lines(text) if line in doomed]
+    if not cut:
+        return text
+    pieces: list[str] = []
+    pos = 0
+    for start, end in cut:
+        pieces.append(text[pos:start])
+        pos = min(len(text), end + 1)
+    pieces.append(text[pos:])
+    kept = "".join(pieces)
+    blocks = [b for b in re.split(r"\n{2,}", kept) if b.strip()]
+    blocks = [b for b in blocks if not re.fullmatch(r"\|( --- \|)+", b.strip())]
+    return "\n\n".join(blocks).strip() + "\n"
