@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # torch is pinned (in the `local` extra) to the CPU wheel; never let pip pick a CUDA build.
-EXTRAS := local,eval,onnx,serve,langchain-postgres,dev
+EXTRAS := local,eval,onnx,serve,langchain-postgres,documents,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # The demo keeps its database inside the checkout unless told otherwise.
 DEMO_HOME ?= $(CURDIR)/.rp_home

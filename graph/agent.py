@@ -29,7 +29,7 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from retrieval_pipeline.errors import InvalidQueryError
-from retrieval_pipeline.retriever import format_evidence
+from retrieval_pipeline.retriever import citation_label, format_evidence
 
 NO_MODEL = (
     "No chat model is configured (set OPENAI_API_KEY or OPENAI_BASE_URL, or pass "
@@ -96,6 +96,9 @@ def _citation(number: int, chunk: dict[str, Any]) -> dict[str, Any]:
         "source_uri": chunk.get("source_uri"),
         "heading_path": chunk.get("heading_path", []),
         "title": chunk.get("title"),
+        "page_start": chunk.get("page_start"),
+        "page_end": chunk.get("page_end"),
+        "label": citation_label(chunk),  # "manual.pdf p. 14"
     }
 
 

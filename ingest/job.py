@@ -28,6 +28,7 @@ from retrieval_pipeline.ingest.loaders import (
     SourceDocument,
     discover,
     load_file,
+    page_span,
 )
 from retrieval_pipeline.ingest.site import prepare_site
 from retrieval_pipeline.tools.embeddings import Embedder
@@ -56,6 +57,7 @@ class IngestSummary:
     skipped: int = 0  # unchanged revisions
     removed: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # ingested anyway
     mentions_linked: int = 0
     seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -76,6 +78,7 @@ class IngestSummary:
             "removed": self.removed,
             "failed": self.failed,
             "failures": [{"path": p, "reason": r} for p, r in self.failures],
+            "warnings": [{"path": p, "reason": r} for p, r in self.warnings],
             "mentions_linked": self.mentions_linked,
             "seconds": round(self.seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3),
@@ -136,7 +139,7 @@ def chunk_document(source: SourceDocument, counter: TokenCounter) -> list[Chunk]
             return []
         body = text[start:end]
         return [Chunk(0, (), start, end, body, counter.count(body))]
-    structured = source.kind in ("markdown", "html")
+    structured = source.kind in ("markdown", "html", "pdf", "docx")
     base = () if structured else ((source.title,) if source.title else ())
     chunks = chunk_text(
         source.content,
@@ -252,10 +255,15 @@ class Ingestor:
                 continue
             for file in files:
                 try:
-                    sources.extend(load_file(file, defaults))
+                    loaded = load_file(file, defaults)
                 except IngestError as exc:
                     logger.warning("skipping %s", exc)
                     summary.failures.append((exc.path, exc.reason))
+                    continue
+                sources.extend(loaded)
+                for warning in (w for s in loaded for w in s.warnings):
+                    logger.warning("%s: %s", file, warning)
+                    summary.warnings.append((str(file), warning))
         sources = prepare_site(sources, links=site_links)
         self._ingest_sources(sources, summary)
         if prune:
@@ -436,6 +444,9 @@ class Ingestor:
             chunk_records = []
             for chunk in item.chunks:
                 content = chunk.indexed_text()
+                page_start, page_end = page_span(
+                    source.pages, chunk.char_start, chunk.char_end
+                )
                 chunk_records.append(
                     ChunkRecord(
                         id=keys[index, chunk.ordinal],
@@ -448,6 +459,8 @@ class Ingestor:
                         token_count=chunk.token_count,
                         identifiers=extract_identifiers(content),
                         embedding=tuple(vectors[cursor]),
+                        page_start=page_start,
+                        page_end=page_end,
                     )
                 )
                 cursor += 1

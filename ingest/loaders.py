@@ -1,4 +1,4 @@
-"""Source loaders: markdown, plain text, HTML and BEIR-format JSONL.
+"""Source loaders: markdown, plain text, HTML, BEIR-format JSONL, PDF and DOCX.
 
 Each loader returns :class:`SourceDocument` values whose ``content`` is the exact text
 that chunk offsets point into. Metadata comes from front matter (markdown), access
@@ -42,6 +42,8 @@ it through one function, :func:`resolve_access`, with these rules:
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -66,6 +68,12 @@ TEXT_SUFFIXES = {
     ".htm": "html",
     ".jsonl": "jsonl",
 }
+BINARY_SUFFIXES = {
+    ".pdf": "pdf",  # text layer via pypdfium2 (ingest/pdf_loader.py)
+    ".docx": "docx",  # python-docx (ingest/docx_loader.py)
+}
+"""Formats read by a parser, never as text (``_read_text`` would refuse them)."""
+SUFFIXES = {**TEXT_SUFFIXES, **BINARY_SUFFIXES}
 SIDECAR_SUFFIXES = (".meta.json", ".meta.yaml", ".meta.yml")
 MAX_FILE_BYTES = 50 * 1024 * 1024  # larger single files are almost surely not prose
 _FRONT_MATTER = re.compile(
@@ -153,7 +161,7 @@ class SourceDocument:
     source_uri: str
     content: str  # the text offsets point into
     body_start: int  # where the body starts in ``content`` (after front matter)
-    kind: str  # markdown | text | html | jsonl
+    kind: str  # markdown | text | html | jsonl | pdf | docx
     tenant: str = ""
     principals: tuple[str, ...] = ()
     created_at: datetime | None = None
@@ -169,6 +177,23 @@ class SourceDocument:
     chunk whose indexed text is exactly ``content``; otherwise it is re-embedded."""
     embedding_origin: str = ""
     """Where a reused vector came from (recorded in the embedding version)."""
+    pages: tuple[tuple[int, int], ...] = ()
+    """Where each page starts in ``content``: ``(char_offset, page_number)`` pairs,
+    ascending (PDF); empty for formats without pages. See :func:`page_span`."""
+    warnings: tuple[str, ...] = ()
+    """Problems that did not stop the load (a PDF page without a text layer)."""
+
+
+def page_span(
+    pages: Sequence[tuple[int, int]], char_start: int, char_end: int
+) -> tuple[int | None, int | None]:
+    """The first and last page of ``content[char_start:char_end]`` (None: no pages)."""
+    if not pages:
+        return None, None
+    offsets = [offset for offset, _ in pages]
+    first = max(bisect.bisect_right(offsets, char_start) - 1, 0)
+    last = max(bisect.bisect_right(offsets, max(char_end - 1, char_start)) - 1, 0)
+    return pages[first][1], pages[last][1]
 
 
 @dataclass(frozen=True)
@@ -196,20 +221,22 @@ def discover(paths: list[Path]) -> Iterator[Path]:
             name = candidate.name.lower()
             if name.endswith(SIDECAR_SUFFIXES) or name.startswith("."):
                 continue
-            if candidate.suffix.lower() in TEXT_SUFFIXES and candidate not in seen:
+            if candidate.suffix.lower() in SUFFIXES and candidate not in seen:
                 seen.add(candidate)
                 yield candidate
 
 
 def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     """Load one file into documents; raise :class:`IngestError` with the reason."""
-    kind = TEXT_SUFFIXES.get(path.suffix.lower())
+    kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise IngestError(
             str(path),
             f"unsupported file type '{path.suffix}'; "
-            f"supported: {', '.join(sorted(TEXT_SUFFIXES))}",
+            f"supported: {', '.join(sorted(SUFFIXES))}",
         )
+    if kind in BINARY_SUFFIXES.values():
+        return [_load_binary(path, kind, defaults)]
     text = _read_text(path)
     sidecar = _read_sidecar(path)
     if kind == "jsonl":
@@ -235,15 +262,52 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     return [replace(document, links=links) if links else document]
 
 
-def _read_text(path: Path) -> str:
+def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocument:
+    """A PDF or DOCX: parsed by its library, never decoded as text."""
+    _check_size(path)
+    meta = _read_sidecar(path)
+    given_title = str(meta.pop("title", "") or "")
+    library = "pypdfium2" if kind == "pdf" else "python-docx"
+    try:
+        if kind == "pdf":
+            from retrieval_pipeline.ingest.pdf_loader import read_pdf
+
+            extracted = read_pdf(path, given_title)
+        else:
+            from retrieval_pipeline.ingest.docx_loader import read_docx
+
+            extracted = read_docx(path, given_title)
+    except ImportError as exc:
+        raise IngestError(
+            str(path),
+            f"reading {kind.upper()} files needs {library} ({exc}); install "
+            "retrieval-pipeline[documents]",
+        ) from exc
+    rel = _relative(path, defaults.root)
+    source_id = str(meta.pop("id", "") or rel)
+    content, title = extracted.content, extracted.title
+    document = _document(path, source_id, title, rel, content, 0, kind, meta, defaults)
+    return dataclasses.replace(
+        document, pages=extracted.pages, warnings=extracted.warnings
+    )
+
+
+def _check_size(path: Path) -> None:
     try:
         size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise IngestError(
-                str(path),
-                f"file is {size:,} bytes; the limit is "
-                f"{MAX_FILE_BYTES:,}. Split it into smaller documents.",
-            )
+    except OSError as exc:
+        raise IngestError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+    if size > MAX_FILE_BYTES:
+        raise IngestError(
+            str(path),
+            f"file is {size:,} bytes; the limit is "
+            f"{MAX_FILE_BYTES:,}. Split it into smaller documents.",
+        )
+
+
+def _read_text(path: Path) -> str:
+    _check_size(path)
+    try:
         raw = path.read_bytes()
     except OSError as exc:
         raise IngestError(str(path), f"cannot read: {exc.strerror or exc}") from exc

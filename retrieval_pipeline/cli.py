@@ -336,6 +336,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         )
         for path, reason in summary.failures:
             print(f"  failed: {path}: {reason}", file=sys.stderr)
+        for path, reason in summary.warnings:
+            print(f"  warning: {path}: {reason}", file=sys.stderr)
     return 1 if summary.failed and not summary.documents and not summary.skipped else 0
 
 
@@ -384,9 +386,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
         print(
             f"{rank}. [{score:.4f}] {chunk['document_id']} :: {heading}  ({ranks}){tag}"
         )
-        print(
-            f"   {chunk['source_uri']}  chars {chunk['char_start']}-{chunk['char_end']}"
-        )
+        from retrieval_pipeline.tools.store.records import page_label
+
+        pages = page_label(chunk.get("page_start"), chunk.get("page_end"))
+        where = f"{chunk['source_uri']} {pages}" if pages else chunk["source_uri"]
+        print(f"   {where}  chars {chunk['char_start']}-{chunk['char_end']}")
         snippet = " ".join(chunk["text"].split())
         print(f"   {snippet[:240]}{'...' if len(snippet) > 240 else ''}")
     debug = output["retrieval_debug"]

@@ -12,7 +12,9 @@ model writes into a tool call can widen it; a tool call's ``doc_ids`` only narro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -25,6 +27,7 @@ from langchain_core.tools import StructuredTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT, Context
+from retrieval_pipeline.tools.store.records import page_label
 from retrieval_pipeline.tools.tokens import TokenCounter, default_token_counter
 
 TOOL_DESCRIPTION = (
@@ -32,6 +35,22 @@ TOOL_DESCRIPTION = (
     "them as [n]. Ask one focused question per call; pass doc_ids to search only "
     "inside specific documents."
 )
+
+
+def citation_label(chunk: dict[str, Any]) -> str:
+    """How a chunk is cited: ``manual.pdf p. 14``, ``pp. 14–15``, or just the source.
+
+    The name is the source file's name (the document id for a record inside a
+    file, such as a JSONL line); the pages are the chunk's ``page_start`` and
+    ``page_end`` (PDF), absent for sources without pages.
+    """
+    uri = str(chunk.get("source_uri") or "")
+    parsed = urlparse(uri)
+    name = str(chunk.get("document_id") or uri)
+    if parsed.scheme == "file" and not parsed.fragment and parsed.path:
+        name = PurePosixPath(unquote(parsed.path)).name or name
+    pages = page_label(chunk.get("page_start"), chunk.get("page_end"))
+    return f"{name} {pages}" if pages else name
 
 
 def chunk_to_document(chunk: dict[str, Any]) -> Document:
@@ -162,6 +181,9 @@ def format_evidence(
         header = f"[{number}] {chunk.get('title') or chunk.get('document_id')}"
         if heading:
             header += f" § {heading}"
+        pages = page_label(chunk.get("page_start"), chunk.get("page_end"))
+        if pages:
+            source = f"{source} {pages}"
         block = f"{header}\nsource: {source}\n{chunk.get('text', '').strip()}"
         cost = counter.count(block)
         if max_tokens is not None and used + cost > max_tokens:

@@ -486,6 +486,8 @@ class Retriever:
                     revision=row["revision"],
                     char_start=row["char_start"],
                     char_end=row["char_end"],
+                    page_start=row["page_start"],
+                    page_end=row["page_end"],
                     token_count=row["token_count"],
                     parser_version=row["parser_version"],
                     embedding_model=row["embedding_model"],

@@ -35,6 +35,15 @@ def entity_key(tenant: str, name: str) -> str:
     return "e_" + _digest(tenant, normalise_entity_name(name))
 
 
+def page_label(page_start: int | None, page_end: int | None) -> str:
+    """``p. 14``, ``pp. 14–15`` (an en dash), or ``""`` for a source without pages."""
+    if page_start is None:
+        return ""
+    if page_end is None or page_end == page_start:
+        return f"p. {page_start}"
+    return f"pp. {page_start}\u2013{page_end}"
+
+
 @dataclass(frozen=True)
 class EntitySpec:
     """An entity declared by a document (front matter, sidecar) or its title."""
@@ -74,6 +83,8 @@ class ChunkRecord:
     token_count: int
     identifiers: tuple[str, ...]
     embedding: tuple[float, ...]
+    page_start: int | None = None  # 1-based PDF pages the chunk spans (None: no pages)
+    page_end: int | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,8 @@ class RetrievedChunk:
     ranks: dict[str, int] = field(default_factory=dict)  # 1-based rank per channel
     channel_scores: dict[str, float] = field(default_factory=dict)
     """Raw score per channel; filled only on request (``debug``): see issue 15."""
+    page_start: int | None = None  # first and last 1-based page (PDF); None: no pages
+    page_end: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (snake_case keys, ISO timestamps).
@@ -141,6 +154,8 @@ class RetrievedChunk:
             "revision": self.revision,
             "char_start": self.char_start,
             "char_end": self.char_end,
+            "page_start": self.page_start,
+            "page_end": self.page_end,
             "token_count": self.token_count,
             "parser_version": self.parser_version,
             "embedding_model": self.embedding_model,

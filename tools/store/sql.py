@@ -229,7 +229,7 @@ FETCH_CHUNKS = sql.SQL(
 SELECT c.id, c.document_id, c.source_id, c.tenant, c.ordinal, c.heading_path, c.body,
        c.content, c.char_start, c.char_end, c.token_count, c.revision, c.source_uri,
        c.parser_version, c.embedding_model, c.embedding_version, c.updated_at,
-       d.title, d.path
+       c.page_start, c.page_end, d.title, d.path
 FROM chunks c JOIN documents d ON d.id = c.document_id
 WHERE c.id = ANY(%(chunk_ids)s::text[]) AND {filters}
 """
@@ -283,7 +283,7 @@ COPY_CHUNKS = """
 COPY chunks (id, document_id, source_id, tenant, acl, ordinal, heading_path, body,
              content, char_start, char_end, token_count, revision, source_uri,
              parser_version, embedding_model, embedding_version, updated_at,
-             identifiers, embedding)
+             identifiers, embedding, page_start, page_end)
 FROM STDIN
 """
 

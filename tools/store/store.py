@@ -520,6 +520,8 @@ class Store:
                             doc.updated_at,
                             list(chunk.identifiers),
                             _vector_literal(chunk.embedding),
+                            chunk.page_start,
+                            chunk.page_end,
                         )
                     )
         params = {"document_ids": [doc.id for doc in docs]}
