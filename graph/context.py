@@ -135,9 +135,10 @@ class Context:
         ):
             if not 1 <= getattr(self, name) <= MAX_LIMIT:
                 raise ConfigurationError(f"{name} must be 1..{MAX_LIMIT}")
-        if not self.graph_score_weight > 0 or not 0 < self.document_share <= 1:
+        if not 0 < self.graph_score_weight <= 1 or not 0 < self.document_share <= 1:
             raise ConfigurationError(
-                "graph_score_weight must be positive, document_share in (0, 1]"
+                "graph_score_weight must be in (0, 1] (above 1 a linked passage could"
+                " pass the seed that led to it), document_share in (0, 1]"
             )
 
 

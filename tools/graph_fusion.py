@@ -29,6 +29,19 @@ LINK_SHARE = 0.5
 earned by its relevance to the question (an even split, not tuned)."""
 
 
+def chain_score(link: float, relevance: float, score_weight: float = 1.0) -> float:
+    """A linked passage's score: ``weight x link x (share + (1 - share) x relevance)``.
+
+    The invariant: it never passes ``link``, the score of the seed that led to the
+    passage (the expansion keeps every link at or below its seed; see
+    tools/store/graph.py). Relevance is clamped to [0, 1] and the weight to (0, 1], so
+    neither a fusion that strays out of [0, 1] nor a caller's setting can break it.
+    """
+    weight = min(max(score_weight, 0.0), 1.0)
+    earned = min(max(relevance, 0.0), 1.0)
+    return weight * link * (LINK_SHARE + (1 - LINK_SHARE) * earned)
+
+
 @dataclass
 class GraphFusionResult:
     """Chunks to add, and counters for the debug block (ids only, no text)."""
@@ -87,6 +100,7 @@ def graph_fusion(
         max_hops=max_hops,
         frontier_cap=frontier_cap,
         document_cap=document_cap,
+        question=query,
     )
     result.seed_entities = len(expansion.seeds)
     result.expanded_entities = sum(len(hop) for hop in expansion.hops)
@@ -101,20 +115,26 @@ def graph_fusion(
     scoped = replace(scope, doc_keys=tuple(links))
     found = retriever.fused(query, scoped, depth=max(chunk_cap * 2, 20), rrf_k=rrf_k)
     found_in = store.chunk_documents([chunk_id for chunk_id, _, _ in found], scoped)
-    chained = sorted(
-        (
+    # The page of an entity the question asks for through a named relation ("who
+    # owns X": the owner's page) answers by the link itself: its best passage earns
+    # full relevance, so it reaches (never passes) its seed's score.
+    answered: set[str] = set()
+    chained: list[tuple[str, float, dict[str, int]]] = []
+    for chunk_id, relevance, ranks in found:
+        document = found_in.get(chunk_id)
+        if document is None:
+            continue
+        if document in expansion.answers and document not in answered:
+            answered.add(document)
+            relevance = 1.0
+        chained.append(
             (
                 chunk_id,
-                score_weight
-                * links[found_in[chunk_id]]
-                * (LINK_SHARE + (1 - LINK_SHARE) * relevance),
+                chain_score(links[document], relevance, score_weight),
                 {f"graph_{c}": r for c, r in ranks.items()},
             )
-            for chunk_id, relevance, ranks in found
-            if chunk_id in found_in
-        ),
-        key=lambda item: (-item[1], item[0]),
-    )
+        )
+    chained.sort(key=lambda item: (-item[1], item[0]))
     for item in chained[:chunk_cap]:
         chunk_id, score, _ = item
         if chunk_id not in pool_scores:

@@ -91,6 +91,32 @@ def _curation(entity: str) -> sql.Composable:
     )
 
 
+def _own_page(mention: str) -> str:
+    """SQL: the mention ``mention`` (an alias of ``mentions``) is its entity's own page.
+
+    A title entity (ingest's ``title_entities``), or an entity the document declares
+    whose name is the document's title (case- and space-insensitive, as entity ids
+    are): a service page titled "Auth Gateway" that declares Auth Gateway is its page,
+    whether or not its corpus was ingested with title entities.
+    """
+    norm = "lower(btrim(regexp_replace({}, '\\s+', ' ', 'g')))"
+    return (
+        f"({mention}.origin = 'title' OR ({mention}.origin = 'explicit' AND EXISTS ("
+        f"SELECT 1 FROM documents pd JOIN entities pe ON pe.id = {mention}.entity_id"
+        f" WHERE pd.id = {mention}.document_id"
+        f" AND {norm.format('pd.title')} = {norm.format('pe.name')})))"
+    )
+
+
+# A relation the question names (its type's words, stemmed, among the question's):
+# "who owns X" asks for the far end of an ``owns`` edge at X. One InitPlan per call.
+_ASKED = sql.SQL(
+    "(tsvector_to_array(to_tsvector('english'::regconfig,"
+    " replace(coalesce(r.type, ''), '_', ' '))) && (SELECT"
+    " tsvector_to_array(to_tsvector('english'::regconfig, %(question)s))))"
+)
+
+
 def _members(ids: str) -> sql.Composable:
     """SQL rows ``(id, canonical)``: the entities ``ids`` and the aliases followed.
 
@@ -137,14 +163,17 @@ members AS (  -- the frontier's canonical entities and the aliases the caller fo
     {members}
 ),
 relation_edges AS (
-    SELECT ms.canonical AS src, tc.canonical AS dst, r.weight::float8 AS w
+    SELECT ms.canonical AS src, tc.canonical AS dst,
+           least(greatest(r.weight, 0), 1)::float8 AS w,  -- an edge keeps at most all
+           {asked} AS asked
     FROM relations r
     JOIN members ms ON ms.id = r.source_id
     JOIN documents d ON d.id = r.document_id
     CROSS JOIN LATERAL ({curation_target}) tc
     WHERE tc.lifecycle = 'served' AND {doc_filter}
     UNION ALL
-    SELECT mt.canonical, sc.canonical, r.weight::float8
+    SELECT mt.canonical, sc.canonical, least(greatest(r.weight, 0), 1)::float8,
+           {asked}
     FROM relations r
     JOIN members mt ON mt.id = r.target_id
     JOIN documents d ON d.id = r.document_id
@@ -153,20 +182,23 @@ relation_edges AS (
 ),
 page_edges AS (  -- a frontier entity's own page (its title) mentions another entity
     SELECT hm.entity_id AS src, oc.canonical AS dst,
-           least(m.count, 3)::float8 / 3 AS w
+           least(m.count, 3)::float8 / 3 AS w, false AS asked
     FROM mentions hm
     JOIN documents d ON d.id = hm.document_id
     JOIN mentions m ON m.document_id = hm.document_id
     CROSS JOIN LATERAL ({curation_o}) oc
-    WHERE hm.entity_id = ANY(%(ids)s::text[]) AND hm.origin = 'title'
+    WHERE hm.entity_id = ANY(%(ids)s::text[]) AND {own_page_hm}
       AND oc.lifecycle = 'served' AND {doc_filter}
       AND (m.origin <> 'extracted' OR {attested_o})
 ),
 edges AS (
-    SELECT src, dst, w FROM relation_edges UNION ALL SELECT src, dst, w FROM page_edges
+    SELECT src, dst, w, asked FROM relation_edges
+    UNION ALL SELECT src, dst, w, asked FROM page_edges
 ),
-candidates AS (
-    SELECT e.dst AS entity_id, sum(f.weight * e.w) AS raw
+candidates AS (  -- the strongest single link: never a sum over entities and edges,
+                 -- so a neighbour reached several ways cannot outgrow its source
+    SELECT e.dst AS entity_id, max(f.weight * e.w) AS raw,
+           max(f.weight * e.w) FILTER (WHERE e.asked) AS asked
     FROM edges e JOIN frontier f ON f.entity_id = e.src
     WHERE e.dst <> ALL(%(exclude)s::text[])
     GROUP BY e.dst
@@ -182,7 +214,13 @@ degree AS (  -- visible documents mentioning each candidate (through any alias)
     WHERE {doc_filter}
     GROUP BY a.canonical
 )
-SELECT c.entity_id, c.raw / ln(2 + coalesce(g.n, 0)) AS weight
+-- The degree damping only ever lowers a weight (ln(2 + 0) < 1 once raised one). A
+-- neighbour reached through a relation the question names is the hop it asks for:
+-- it keeps its link undamped.
+SELECT c.entity_id,
+       greatest(coalesce(c.asked, 0), c.raw / greatest(1, ln(2 + coalesce(g.n, 0))))
+           AS weight,
+       c.asked IS NOT NULL AS asked
 FROM candidates c
 CROSS JOIN LATERAL ({curation_c}) ce
 LEFT JOIN degree g ON g.entity_id = c.entity_id
@@ -217,17 +255,19 @@ degree AS (
 ),
 evidence AS (  -- an entity's own page (its title) carries its weight; a page that
                -- mentions it, the weight damped by the inverse log of its degree
-    SELECT hm.document_id, w.weight AS score
+    SELECT hm.document_id, w.weight AS score,
+           m.canonical = ANY(%(asked)s::text[]) AS answer
     FROM members m
-    JOIN mentions hm ON hm.entity_id = m.id AND hm.origin = 'title'
+    JOIN mentions hm ON hm.entity_id = m.id AND {own_page_hm}
     JOIN weighted w ON w.entity_id = m.canonical
     UNION ALL
-    SELECT mg.document_id, w.weight / log(2.0, 1 + g.n::numeric)::float8
+    SELECT mg.document_id, w.weight / log(2.0, 1 + g.n::numeric)::float8, false
     FROM mentioning mg
     JOIN degree g ON g.canonical = mg.canonical
     JOIN weighted w ON w.entity_id = mg.canonical
 )
-SELECT e.document_id, max(e.score) AS score
+SELECT e.document_id, max(e.score) AS score,
+       bool_or(e.answer) AS answer
 FROM evidence e
 JOIN documents d ON d.id = e.document_id
 LEFT JOIN seeds s ON s.document_id = e.document_id
@@ -270,8 +310,13 @@ _NEIGHBOUR_PARTS = {
     "attested_o": _attested("m.entity_id"),
     "candidate_members": _members("ARRAY(SELECT entity_id FROM candidates)"),
     "curation_c": _curation("c.entity_id"),
+    "own_page_hm": sql.SQL(_own_page("hm")),
+    "asked": _ASKED,
 }
-_DOCUMENT_PARTS = {"members": _members("%(ids)s::text[]")}
+_DOCUMENT_PARTS = {
+    "members": _members("%(ids)s::text[]"),
+    "own_page_hm": sql.SQL(_own_page("hm")),
+}
 _TYPE_PARTS = _SEED_PARTS
 
 
@@ -287,6 +332,9 @@ class GraphExpansion:
     seeds: list[tuple[str, float]]
     hops: list[list[tuple[str, float]]]
     documents: list[tuple[str, float]]  # internal document ids, strongest first
+    answers: frozenset[str] = frozenset()
+    """Documents that are the own page of an entity reached through a relation the
+    question names (``who owns X``: the owner's page): the hop the question asks for."""
 
 
 class GraphStore:
@@ -310,11 +358,18 @@ class GraphStore:
         max_hops: int,
         frontier_cap: int,
         document_cap: int,
+        question: str = "",
     ) -> GraphExpansion:
         """Run the three steps for seed documents (internal ids) under a scope.
 
         ``seed_documents`` maps each seed to its retrieval score; a plain sequence
-        gives every seed the score 1.
+        gives every seed the score 1. ``question`` names the relations asked for (a
+        neighbour reached through one keeps its link undamped; see ``answers``).
+
+        Every weight stays at or below the score of the seed it came from: a seed
+        entity carries its strongest seed's score, a hop the strongest single link
+        (weight x edge weight in [0, 1], never summed), a document the strongest
+        entity it is the page of or mentions (damped, never raised).
         """
         seeds_by_doc = (
             dict(seed_documents)
@@ -346,6 +401,7 @@ class GraphStore:
                 return GraphExpansion([], [], [])
             frontier = list(seeds)
             reached: dict[str, float] = dict(frontier)
+            asked: set[str] = set()
             hops: list[list[tuple[str, float]]] = []
             statement = NEIGHBOURS.format(doc_filter=doc_filter, **_NEIGHBOUR_PARTS)
             for _ in range(max_hops - 1):
@@ -359,29 +415,31 @@ class GraphStore:
                         "weights": [w for _, w in frontier],
                         "exclude": list(reached),
                         "cap": frontier_cap,
+                        "question": question,
                     },
                     prepare=True,
                 ).fetchall()
                 frontier = [(r[0], float(r[1])) for r in rows]
+                asked.update(r[0] for r in rows if r[2])
                 hops.append(frontier)
                 for entity, weight in frontier:
                     reached[entity] = max(reached.get(entity, 0.0), weight)
             ordered = sorted(reached.items(), key=lambda kv: (-kv[1], kv[0]))
-            documents = [
-                (r[0], float(r[1]))
-                for r in conn.execute(
-                    ENTITY_DOCUMENTS.format(doc_filter=doc_filter, **_DOCUMENT_PARTS),
-                    params
-                    | seed_params
-                    | {
-                        "ids": [e for e, _ in ordered],
-                        "weights": [w for _, w in ordered],
-                        "cap": document_cap,
-                    },
-                    prepare=True,
-                ).fetchall()
-            ]
-        return GraphExpansion(seeds, hops, documents)
+            rows = conn.execute(
+                ENTITY_DOCUMENTS.format(doc_filter=doc_filter, **_DOCUMENT_PARTS),
+                params
+                | seed_params
+                | {
+                    "ids": [e for e, _ in ordered],
+                    "weights": [w for _, w in ordered],
+                    "asked": sorted(asked),
+                    "cap": document_cap,
+                },
+                prepare=True,
+            ).fetchall()
+        documents = [(r[0], float(r[1])) for r in rows]
+        answers = frozenset(r[0] for r in rows if r[2])
+        return GraphExpansion(seeds, hops, documents, answers)
 
     def documents_mentioning_types(
         self, document_ids: Sequence[str], types: Sequence[str], scope: AccessScope
