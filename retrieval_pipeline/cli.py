@@ -196,7 +196,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="configuration to run (repeatable; default: lexical, dense, hybrid); "
         "the first is the baseline of the paired tests",
     )
-    evaluate.add_argument("--split", default="test", help="qrels split (default test)")
+    evaluate.add_argument(
+        "--split",
+        default="test",
+        help="dev (choose defaults), test (report them; default) or all; a set "
+        "without dev or train judgements has a fixed dev third carved from its test "
+        "file (eval/datasets.py)",
+    )
+    evaluate.add_argument(
+        "--title-entities",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="ingest data set NAME (its folder name; 'all' for every one) with each "
+        "document's title as its entity, the graph multi-hop sets need (repeatable; "
+        "recorded in the report)",
+    )
     evaluate.add_argument(
         "--slice",
         action="append",
@@ -245,6 +260,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON/YAML file mapping API keys to principals and tenant "
         "(required to bind beyond loopback)",
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes (uvicorn) sharing the port and the database",
+    )
+    serve.add_argument(
+        "--db-connections",
+        type=int,
+        default=None,
+        help="database connections for all workers together (default 16, or "
+        "RETRIEVAL_PIPELINE_DB_CONNECTIONS); each worker's pool is "
+        "ceil(budget / workers), between 2 and 8",
+    )
     return parser
 
 
@@ -256,7 +285,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             f"serving needs the serve extra ({exc.name} is missing): "
             "pip install 'retrieval-pipeline[serve]'"
         ) from exc
-    serve(args.host, args.port, api_keys_file=args.api_keys)
+    serve(
+        args.host,
+        args.port,
+        api_keys_file=args.api_keys,
+        workers=args.workers,
+        db_connections=args.db_connections,
+    )
     return 0
 
 
@@ -403,7 +438,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from retrieval_pipeline.eval.datasets import load_beir, load_query_ids
+    from retrieval_pipeline.eval.datasets import load_query_ids
     from retrieval_pipeline.eval.runner import (
         ensure_ingested,
         resolve_configs,
@@ -426,7 +461,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         configs = resolve_configs(args.configs)
     except ValueError as exc:
         raise RetrievalPipelineError(str(exc)) from None
-    dataset = _limited(load_beir(args.dataset[0], split=args.split), args.max_queries)
+    dataset = _limited(_load_dataset(args, args.dataset[0]), args.max_queries)
+    _check_title_entities(args, [dataset])
     slices: dict[str, list[str]] = {}
     for spec in args.slice:
         name, sep, file = spec.partition("=")
@@ -457,6 +493,27 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_dataset(args: argparse.Namespace, path: Path) -> Any:
+    """One --dataset with the run's split and its --title-entities option."""
+    from retrieval_pipeline.eval.datasets import load_beir
+
+    named = set(args.title_entities)
+    return load_beir(
+        path,
+        split=args.split,
+        title_entities="all" in named or Path(path).name in named,
+    )
+
+
+def _check_title_entities(args: argparse.Namespace, datasets: list[Any]) -> None:
+    unknown = set(args.title_entities) - {d.name for d in datasets} - {"all"}
+    if unknown:
+        raise RetrievalPipelineError(
+            f"--title-entities names no --dataset: {sorted(unknown)}; use a data "
+            "set's folder name or 'all'"
+        )
+
+
 def _limited(dataset: Any, max_queries: int | None) -> Any:
     """The data set restricted to its first ``max_queries`` judged queries."""
     if max_queries is None:
@@ -477,7 +534,6 @@ def _cmd_eval_report(args: argparse.Namespace) -> int:
     from datetime import date
 
     from retrieval_pipeline.eval import report as rep
-    from retrieval_pipeline.eval.datasets import load_beir
     from retrieval_pipeline.eval.runner import ensure_ingested
     from retrieval_pipeline.ingest.job import Ingestor
     from retrieval_pipeline.tools.embeddings import resolve_embedder
@@ -487,9 +543,9 @@ def _cmd_eval_report(args: argparse.Namespace) -> int:
     from retrieval_pipeline.tools.store import open_store
 
     datasets = [
-        _limited(load_beir(path, split=args.split), args.max_queries)
-        for path in args.dataset
+        _limited(_load_dataset(args, path), args.max_queries) for path in args.dataset
     ]
+    _check_title_entities(args, datasets)
     names = [d.name for d in datasets]
     if len(set(names)) != len(names):
         raise RetrievalPipelineError(f"data set names repeat: {names}")
@@ -550,6 +606,8 @@ def _eval_check(args: argparse.Namespace, reports: list[Any]) -> int:
             baseline_path.parent.mkdir(parents=True, exist_ok=True)
             slim = {
                 "dataset": current["dataset"],
+                "split": current.get("split"),
+                "title_entities": current.get("title_entities"),
                 "queries": current["queries"],
                 "steps": [
                     {k: s[k] for k in ("name", "summary", "per_query")}

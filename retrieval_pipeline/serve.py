@@ -3,7 +3,8 @@
 ``create_app()`` builds a FastAPI app with LangServe routes for the compiled pipeline
 under ``/retrieve`` (``/invoke``, ``/batch``, ``/stream``, ``/stream_log``,
 ``/input_schema``, ``/output_schema``, ``/playground``), ``/healthz`` and ``/metrics``.
-``retrieval-pipeline serve`` runs it with uvicorn. Needs the ``serve`` extra.
+``retrieval-pipeline serve`` runs it with uvicorn, in one process or in ``--workers N``
+processes (see :func:`serve`). Needs the ``serve`` extra.
 
 Access: without API keys every request's ``principals`` and ``tenant`` are trusted,
 so the server refuses to bind anywhere but loopback. With API keys (a JSON or YAML
@@ -16,10 +17,15 @@ by :func:`~retrieval_pipeline.auth.bind_scope` (see that module for the rules).
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
+import math
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from fastapi import FastAPI, Request
@@ -38,6 +44,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from pydantic import BaseModel
 
 from retrieval_pipeline.auth import (
     AGENT_USER_KEY,
@@ -80,10 +87,24 @@ _log = logging.getLogger(__name__)
 
 # --- metrics ----------------------------------------------------------------------
 class Metrics:
-    """Prometheus metrics for one app (its own registry, so apps do not collide)."""
+    """Prometheus metrics for one app (its own registry, so apps do not collide).
 
-    def __init__(self, pool_stats: Callable[[], Mapping[str, int]] | None) -> None:
+    ``multiprocess``: the app is one of several ``serve --workers`` processes.
+    Counters and histograms are then written to prometheus_client's shared files
+    (``PROMETHEUS_MULTIPROC_DIR``, set by :func:`serve` before the workers start), so
+    ``/metrics`` answers the sum over every worker whichever worker takes the scrape;
+    the pool gauge is each live worker's pool, summed (``livesum``), refreshed after
+    every request and at each scrape.
+    """
+
+    def __init__(
+        self,
+        pool_stats: Callable[[], Mapping[str, int]] | None,
+        *,
+        multiprocess: bool = False,
+    ) -> None:
         self.registry = CollectorRegistry()
+        self.multiprocess = multiprocess
         r = self.registry
         self.requests = Counter(
             "rp_http_requests",
@@ -129,15 +150,48 @@ class Metrics:
             buckets=(0, 5, 10, 20, 40, 80, 160, 320),
             registry=r,
         )
+        self.workers = Gauge(
+            "rp_workers",
+            "Server worker processes alive.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.workers.set(1)
+        self._pool_stats = pool_stats
+        self._connections: Gauge | None = None
         if pool_stats is not None:
-            connections = Gauge(
+            self._connections = Gauge(
                 "rp_db_pool_connections",
-                "Database pool connections by state.",
+                "Database pool connections by state (summed over the workers).",
                 ["state"],
                 registry=r,
+                multiprocess_mode="livesum",
             )
-            for state in ("pool_size", "pool_available", "requests_waiting"):
-                connections.labels(state).set_function(_stat(pool_stats, state))
+            if not multiprocess:
+                for state in _POOL_STATES:
+                    self._connections.labels(state).set_function(
+                        _stat(pool_stats, state)
+                    )
+
+    def refresh_pool(self) -> None:
+        """Write this worker's pool counters (multiprocess mode; else read live)."""
+        if not self.multiprocess or self._connections is None:
+            return
+        assert self._pool_stats is not None
+        stats = self._pool_stats()
+        for state in _POOL_STATES:
+            self._connections.labels(state).set(float(stats.get(state, 0)))
+
+    def exposition(self) -> bytes:
+        """The text ``/metrics`` answers: this app's, or every worker's summed."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        self.refresh_pool()
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
 
     def observe(self, record: Mapping[str, Any]) -> None:
         """Record one query's trace (a :mod:`retrieval_pipeline.observability` hook)."""
@@ -150,6 +204,9 @@ class Metrics:
             self.empty.inc()
         self.duplicate_share.observe(float(record.get("duplicate_share", 0.0)))
         self.candidates.observe(float(record.get("fusion_candidates", 0)))
+
+
+_POOL_STATES = ("pool_size", "pool_available", "requests_waiting")
 
 
 def _stat(
@@ -278,6 +335,7 @@ def create_app(
     api_keys: ApiKeys | None = None,
     health: Callable[[], Mapping[str, Any]] | None = None,
     pool_stats: Callable[[], Mapping[str, int]] | None = None,
+    multiprocess_metrics: bool = False,
 ) -> FastAPI:
     """Build the FastAPI app.
 
@@ -287,6 +345,7 @@ def create_app(
         health: a database check (default: the pipeline store's); ``/healthz``
             answers ok or unavailable and nothing more.
         pool_stats: the database pool's statistics for ``/metrics``.
+        multiprocess_metrics: one of several worker processes (see :class:`Metrics`).
     """
     from langserve import add_routes
 
@@ -299,7 +358,7 @@ def create_app(
         health = health or default_health
         pool_stats = pool_stats or default_stats
 
-    metrics = Metrics(pool_stats)
+    metrics = Metrics(pool_stats, multiprocess=multiprocess_metrics)
     remove_listener = add_trace_listener(metrics.observe)
     app = FastAPI(
         title="retrieval-pipeline",
@@ -310,12 +369,16 @@ def create_app(
     app.state.metrics = metrics
     app.state.auth = "api-keys" if api_keys else "none"
 
+    served = _Served(
+        bound=_scoped(pipeline, keyed=api_keys is not None, metrics=metrics)
+    )
     add_routes(
         app,
-        _Served(bound=_scoped(pipeline, keyed=api_keys is not None, metrics=metrics)),
+        served,
         path="/retrieve",
-        enabled_endpoints=list(SERVED_ENDPOINTS),
+        enabled_endpoints=[e for e in SERVED_ENDPOINTS if e != "playground"],
     )
+    _add_playground(app, served, "/retrieve")
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -328,9 +391,7 @@ def create_app(
 
     @app.get("/metrics")
     def prometheus() -> Response:
-        return Response(
-            generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST
-        )
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(RetrievalPipelineError)
     async def user_error(request: Request, exc: RetrievalPipelineError) -> Response:
@@ -355,6 +416,77 @@ def create_app(
         )
 
     return app
+
+
+def _add_playground(app: FastAPI, served: Runnable[Any, Any], path: str) -> None:
+    """LangServe's playground page, rendered from a form-friendly input schema.
+
+    The playground's form renderer (JSON Forms) knows no ``{"type": "null"}``, so a
+    nullable field (``doc_ids``, ``tenant``) left the page blank. The page gets the
+    same schema with ``X | null`` read as ``X`` and without ``doc_ids``
+    (:func:`playground_schema`): the form sends every list field, empty or not, and
+    an empty ``doc_ids`` scopes a query to no document at all (scoping by id is for
+    API callers). An empty ``principals`` means public documents only, as an absent
+    one does on a server without keys; with keys it can only narrow. What the API
+    accepts is unchanged: the playground's runs go through ``/stream_log`` and the
+    same gate and validation as every other caller's.
+    """
+    from langserve.playground import serve_playground
+
+    schema: dict[str, Any] = playground_schema(
+        served.get_input_jsonschema(), drop=("doc_ids",)
+    )
+    output_schema: Any = served.output_schema
+
+    class PlaygroundInput(BaseModel):
+        @classmethod
+        def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return schema
+
+    async def playground(file_path: str, request: Request) -> Response:
+        base = request.scope.get("root_path", "").rstrip("/") + path + "/playground"
+        return await serve_playground(
+            served,
+            PlaygroundInput,
+            output_schema,
+            ["configurable"],
+            base,
+            file_path,
+            False,  # feedback
+            False,  # public trace links
+            playground_type="default",
+        )
+
+    app.get(path + "/playground/{file_path:path}", include_in_schema=False)(playground)
+
+
+def playground_schema(schema: Any, *, drop: tuple[str, ...] = ()) -> Any:
+    """A JSON schema with ``anyOf: [X, {"type": "null"}]`` read as ``X``.
+
+    ``drop``: properties left out of every object schema.
+    """
+    if isinstance(schema, list):
+        return [playground_schema(item, drop=drop) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: playground_schema(value, drop=drop) for key, value in schema.items()}
+    properties = out.get("properties")
+    if isinstance(properties, dict) and drop:
+        out["properties"] = {k: v for k, v in properties.items() if k not in drop}
+        if isinstance(out.get("required"), list):
+            out["required"] = [k for k in out["required"] if k not in drop]
+    options = out.get("anyOf")
+    if isinstance(options, list):
+        kept = [o for o in options if o != {"type": "null"}]
+        if len(kept) != len(options):
+            out.pop("anyOf")
+            if len(kept) == 1:
+                out = {**kept[0], **out}
+            elif kept:
+                out["anyOf"] = kept
+            if out.get("default", ...) is None:
+                out.pop("default")
+    return out
 
 
 SERVED_ENDPOINTS: tuple[EndpointName, ...] = get_args(EndpointName)
@@ -473,6 +605,7 @@ class _RequestMetrics:
             self.metrics.request_seconds.labels(route).observe(
                 time.perf_counter() - started
             )
+            self.metrics.refresh_pool()
 
 
 # Metric labels: the served endpoints, longest first so "stream_log" is not "stream".
@@ -516,16 +649,66 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+DB_CONNECTIONS_ENV = "RETRIEVAL_PIPELINE_DB_CONNECTIONS"
+"""The server's database connection budget over all its workers (default 16)."""
+DEFAULT_DB_CONNECTIONS = 16
+POOL_MIN, POOL_MAX = 2, 8
+"""Bounds on one worker's pool: two connections let one request's parallel branches
+overlap; beyond eight a worker gains nothing (its event loop runs the sync stages on
+an executor of ``min(32, cores + 4)`` threads, and the GIL bounds it before that)."""
+_WORKER_ENV = "RETRIEVAL_PIPELINE_SERVE_WORKER"
+"""How :func:`serve` hands its resolved settings to worker processes (JSON)."""
+
+
+def pool_per_worker(budget: int, workers: int) -> int:
+    """Connections in one worker's pool: ``clamp(ceil(budget / workers), 2, 8)``.
+
+    The budget is the most the server as a whole should hold open
+    (``--db-connections``, ``RETRIEVAL_PIPELINE_DB_CONNECTIONS``, default 16): one
+    worker gets 8, two get 8 each, four get 4 each, eight get 2 each. A budget that
+    cannot give every worker two connections is refused (:func:`serve`).
+    """
+    return max(POOL_MIN, min(POOL_MAX, math.ceil(budget / workers)))
+
+
+def _db_budget(value: int | None) -> int:
+    if value is not None:
+        return value
+    raw = os.environ.get(DB_CONNECTIONS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_DB_CONNECTIONS
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{DB_CONNECTIONS_ENV} must be a whole number of connections, got {raw!r}"
+        ) from None
+
+
 def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     *,
     api_keys_file: str | None = None,
     log_level: str = "info",
+    workers: int = 1,
+    db_connections: int | None = None,
 ) -> None:
-    """Run the server (blocking). Refuses a non-loopback bind without API keys."""
+    """Run the server (blocking). Refuses a non-loopback bind without API keys.
+
+    ``workers``: uvicorn worker processes sharing one listening socket and the
+    database. This process checks everything first (the key file, the connection
+    budget against the server's ``max_connections``), opens the database once (it
+    starts the embedded server if needed and applies migrations, under the store's
+    advisory lock, so no worker ever migrates), then starts the workers; each opens
+    its own pool of :func:`pool_per_worker` connections, loads the embedder and reads
+    the same key file. With several workers, ``/metrics`` sums every worker
+    (prometheus_client's multiprocess mode, in a private temporary directory).
+    """
     import uvicorn
 
+    if workers < 1:
+        raise ConfigurationError(f"--workers must be at least 1, got {workers}")
     path = api_keys_file or os.environ.get(API_KEYS_ENV)
     api_keys = ApiKeys.load(path) if path else None
     if api_keys is None and not is_loopback(host):
@@ -534,12 +717,22 @@ def serve(
             "principals would be trusted. Pass --api-keys FILE (or set "
             f"{API_KEYS_ENV}), or bind 127.0.0.1."
         )
-    trace_handler = logging.StreamHandler()
-    trace_handler.setFormatter(logging.Formatter("%(message)s"))
-    trace_logger = logging.getLogger("retrieval_pipeline.trace")
-    trace_logger.addHandler(trace_handler)
-    trace_logger.setLevel(logging.INFO)
-    trace_logger.propagate = False
+    budget = _db_budget(db_connections)
+    if budget < POOL_MIN * workers:
+        raise ConfigurationError(
+            f"{workers} workers need at least {POOL_MIN * workers} database "
+            f"connections ({POOL_MIN} each), but the budget is {budget}: raise "
+            f"--db-connections (or {DB_CONNECTIONS_ENV}) or run fewer workers"
+        )
+    pool = pool_per_worker(budget, workers)
+    database = _prepare_database(pool * workers)
+    settings = {
+        "database_url": database,
+        "pool_size": pool,
+        "api_keys_file": str(Path(path).resolve()) if path else None,
+        "multiprocess": workers > 1,
+    }
+    _configure_trace_log()
     if api_keys is None:
         print(
             f"no API keys configured: bound to loopback only ({host}); request "
@@ -548,8 +741,115 @@ def serve(
     else:
         print(f"API keys: {len(api_keys.by_digest)} configured; bound to {host}")
     print(
+        f"{workers} worker{'s' if workers > 1 else ''}, {pool} database connections "
+        f"each (budget {budget})"
+    )
+    print(
         f"serving on http://{host}:{port}/retrieve (playground: /retrieve/playground/)"
     )
-    uvicorn.run(
-        create_app(api_keys=api_keys), host=host, port=port, log_level=log_level
+    if workers == 1:
+        uvicorn.run(_worker_app(settings), host=host, port=port, log_level=log_level)
+        return
+    own_dir = "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+    metrics_dir = (
+        tempfile.mkdtemp(prefix="rp-metrics-")
+        if own_dir
+        else os.environ["PROMETHEUS_MULTIPROC_DIR"]
     )
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    os.environ[_WORKER_ENV] = json.dumps(settings)
+    try:
+        uvicorn.run(
+            "retrieval_pipeline.serve:worker_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+        )
+    finally:
+        os.environ.pop(_WORKER_ENV, None)
+        if own_dir:
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _prepare_database(connections: int) -> str:
+    """Open the database once: start it if embedded, migrate, check the budget.
+
+    Returns the URL the workers connect to (the embedded server's, or DATABASE_URL).
+    """
+    from retrieval_pipeline.settings import database_url
+    from retrieval_pipeline.tools.store.embedded import EmbeddedPostgres
+    from retrieval_pipeline.tools.store.store import Store
+
+    url = database_url() or EmbeddedPostgres(keep_running=True).start()
+    with Store(url, pool_size=1) as store, store.connection() as conn:  # migrates
+        row = conn.execute(
+            "SELECT current_setting('max_connections')::int"
+            " - current_setting('superuser_reserved_connections')::int"
+        ).fetchone()
+    available = int(row[0]) if row else 0
+    if connections > available:
+        raise ConfigurationError(
+            f"the workers' pools would hold {connections} connections but the "
+            f"database allows {available}; lower --db-connections or --workers, or "
+            "raise the server's max_connections"
+        )
+    return url
+
+
+def _configure_trace_log() -> None:
+    trace_handler = logging.StreamHandler()
+    trace_handler.setFormatter(logging.Formatter("%(message)s"))
+    trace_logger = logging.getLogger("retrieval_pipeline.trace")
+    trace_logger.addHandler(trace_handler)
+    trace_logger.setLevel(logging.INFO)
+    trace_logger.propagate = False
+
+
+def worker_app() -> FastAPI:
+    """The app of one ``serve --workers N`` process (a uvicorn factory)."""
+    raw = os.environ.get(_WORKER_ENV)
+    if not raw:
+        raise ConfigurationError(
+            "worker_app is started by `retrieval-pipeline serve --workers N`"
+        )
+    _configure_trace_log()
+    return _worker_app(json.loads(raw))
+
+
+def _worker_app(settings: Mapping[str, Any]) -> FastAPI:
+    """One process's app: its own pool, embedder and key table, warmed up."""
+    from retrieval_pipeline.graph.builder import build_pipeline
+    from retrieval_pipeline.graph.resources import PipelineResources
+    from retrieval_pipeline.tools.embeddings import resolve_embedder
+    from retrieval_pipeline.tools.judge import resolve_judge
+    from retrieval_pipeline.tools.retrieve import Retriever
+    from retrieval_pipeline.tools.store.store import Store
+
+    store = Store(str(settings["database_url"]), pool_size=int(settings["pool_size"]))
+    embedder = resolve_embedder()
+    embedder.embed_query("warm-up")  # load the model before taking requests
+    resources = PipelineResources(
+        retriever=Retriever(store, embedder), judge=resolve_judge()
+    )
+    keys_file = settings.get("api_keys_file")
+    multiprocess = bool(settings.get("multiprocess"))
+    app = create_app(
+        build_pipeline(resources),
+        api_keys=ApiKeys.load(keys_file) if keys_file else None,
+        health=lambda: {"schema_versions": store.schema_versions()},
+        pool_stats=store.pool_stats,
+        multiprocess_metrics=multiprocess,
+    )
+
+    def shutdown() -> None:
+        if multiprocess:
+            from prometheus_client import multiprocess as mp
+
+            mp.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+        store.close()
+
+    app.router.add_event_handler("shutdown", shutdown)
+    return app

@@ -23,7 +23,7 @@ from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.ingest.job import Ingestor
 from retrieval_pipeline.observability import add_trace_listener
 from retrieval_pipeline.retriever import PipelineRetriever, make_retrieval_tool
-from retrieval_pipeline.serve import ApiKeys, create_app, serve
+from retrieval_pipeline.serve import ApiKeys, create_app, pool_per_worker, serve
 from retrieval_pipeline.tools.retrieve import Retriever
 
 QUESTION = "Who owns the service that failed with ERR_CONN_RESET?"
@@ -449,3 +449,164 @@ class TestApiKeys:
         monkeypatch.delenv("RETRIEVAL_PIPELINE_API_KEYS", raising=False)
         with pytest.raises(ConfigurationError, match="refusing to bind 0.0.0.0"):
             serve("0.0.0.0", 8000)
+
+
+class TestWorkers:
+    """`serve --workers 2`: real processes over one database, keys and metrics."""
+
+    def test_pool_formula_and_budget(self) -> None:
+        assert [pool_per_worker(16, n) for n in (1, 2, 4, 8)] == [8, 8, 4, 2]
+        assert pool_per_worker(5, 2) == 3
+        with pytest.raises(ConfigurationError, match="at least 18 database"):
+            serve("127.0.0.1", 8000, workers=9, db_connections=16)
+        with pytest.raises(ConfigurationError, match="at least 1"):
+            serve("127.0.0.1", 8000, workers=0)
+
+    def test_two_workers_share_database_keys_and_metrics(
+        self,
+        pg_url: str,
+        embedder: Any,
+        sample_corpus: Path,
+        tmp_path: Path,
+    ) -> None:
+        import os
+        import signal
+        import socket
+        import subprocess
+        import sys
+        import time
+        import uuid
+        from concurrent.futures import ThreadPoolExecutor
+
+        import psycopg
+        from psycopg import sql
+        from psycopg.conninfo import make_conninfo
+
+        from retrieval_pipeline.tools.store.store import Store
+
+        # A fresh database: `serve` migrates it once, before any worker starts.
+        name = f"rp_workers_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        url = make_conninfo(pg_url, dbname=name)
+        keys = tmp_path / "keys.yaml"
+        keys.write_text(
+            "keys:\n"
+            "  - name: finance-bot\n"
+            "    key_env: RP_W_FINANCE\n"
+            "    principals: [finance, security]\n"
+            "  - name: public-bot\n"
+            "    key_env: RP_W_PUBLIC\n"
+            "  - name: monitoring\n"
+            "    key_env: RP_W_METRICS\n"
+            "    grants: [metrics]\n"
+        )
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "HF_HUB_OFFLINE": "1",
+            "RP_W_FINANCE": "finance-secret",
+            "RP_W_PUBLIC": "public-secret",
+            "RP_W_METRICS": "metrics-secret",
+        }
+        env.pop("RETRIEVAL_PIPELINE_API_KEYS", None)
+        cli = str(Path(sys.executable).with_name("retrieval-pipeline"))
+        log_path = tmp_path / "serve.log"
+        log = log_path.open("w")
+        server = subprocess.Popen(
+            [cli, "serve", "--workers", "2", "--port", str(port)]
+            + ["--api-keys", str(keys), "--db-connections", "6"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def metrics(http: httpx.Client) -> str:
+            response = http.get("/metrics", headers={"X-API-Key": "metrics-secret"})
+            assert response.status_code == 200
+            return response.text
+
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                assert server.poll() is None, log_path.read_text()[-3000:]
+                try:
+                    if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                        # Both workers up: every scrape counts two live workers.
+                        with httpx.Client(base_url=base, timeout=10) as http:
+                            if "rp_workers 2.0" in metrics(http):
+                                break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.3)
+            store = Store(url)
+            try:
+                assert store.schema_versions()  # migrated by `serve`
+                Ingestor(store, embedder).ingest_paths([sample_corpus])
+            finally:
+                store.close()
+
+            def invoke(key: str | None) -> httpx.Response:
+                headers = {"X-API-Key": key} if key else {}
+                with httpx.Client(base_url=base, timeout=60) as http:
+                    return http.post(
+                        "/retrieve/invoke",
+                        json={"input": {"question": LEDGER, "limit": 8}},
+                        headers=headers,
+                    )
+
+            assert invoke(None).status_code == 401
+            with ThreadPoolExecutor(4) as pool:
+                answers = list(pool.map(invoke, ["finance-secret"] * 6))
+                public = list(pool.map(invoke, ["public-secret"] * 2))
+            for response in answers + public:
+                assert response.status_code == 200, response.text
+            for response in answers:
+                docs = {c["document_id"] for c in response.json()["output"]["chunks"]}
+                assert RESTRICTED_DOC in docs
+            for response in public:
+                docs = {c["document_id"] for c in response.json()["output"]["chunks"]}
+                assert RESTRICTED_DOC not in docs
+            # Whichever worker answers a scrape, it reports both workers' counts
+            # (a fresh connection per scrape, so the workers take turns).
+            for _ in range(6):
+                with httpx.Client(base_url=base, timeout=10) as http:
+                    text = metrics(http)
+                assert 'rp_http_requests_total{route="invoke",status="200"} 8.0' in text
+                assert (
+                    'rp_permission_rejections_total{reason="missing_key"} 1.0' in text
+                )
+                assert "rp_workers 2.0" in text
+                assert 'rp_queries_total{path="pipeline"} 8.0' in text
+                pool_size = float(
+                    text.split('rp_db_pool_connections{state="pool_size"} ')[1].split()[
+                        0
+                    ]
+                )
+                assert 2 <= pool_size <= 6  # two pools of at most 3 each
+            with psycopg.connect(pg_url) as probe:
+                backends = probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
+                ).fetchone()
+            assert backends is not None and backends[0] <= 6
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+            log.close()
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(name)
+                    )
+                )
+        assert "Traceback" not in log_path.read_text()
