@@ -74,7 +74,7 @@ test-studio: studio-venv
 # the committed baseline; fails on a statistically significant nDCG@10 drop.
 EVAL_CHECK_DATASET ?= ../shared/data/multihop/musique
 eval-check: venv
-	$(BIN)/retrieval-pipeline eval check --dataset $(EVAL_CHECK_DATASET)
+	$(BIN)/retrieval-pipeline eval check --dataset $(EVAL_CHECK_DATASET) --title-entities musique
 
 # The full evaluation report (HTML + markdown + JSON) on every data set in ../shared.
 EVAL_DATASETS ?= ../shared/data/scifact ../shared/data/nfcorpus \
@@ -82,7 +82,7 @@ EVAL_DATASETS ?= ../shared/data/scifact ../shared/data/nfcorpus \
 EVAL_REPORT_OUT ?= reports/eval
 eval-report: venv
 	$(BIN)/retrieval-pipeline eval report $(addprefix --dataset ,$(EVAL_DATASETS)) \
-		--out $(EVAL_REPORT_OUT)
+		--title-entities hotpotqa --title-entities musique --out $(EVAL_REPORT_OUT)
 
 # The LangServe endpoint on 127.0.0.1:8000 (playground: /retrieve/playground/).
 serve: venv

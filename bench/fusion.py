@@ -21,7 +21,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from quality import CACHE_HOME, DATASETS  # noqa: E402
+from quality import CACHE_HOME, DATASETS, TITLE_ENTITIES  # noqa: E402
 
 CACHE = REPO / "bench" / ".cache"
 RESULTS = REPO / "bench" / "results" / "fusion.json"
@@ -39,7 +39,9 @@ def collect(name: str, split: str) -> dict[str, Any]:
     from retrieval_pipeline.tools.retrieve import Retriever
     from retrieval_pipeline.tools.store import EmbeddedPostgres, Store
 
-    dataset = load_beir(DATASETS[name], name=name, split=split)
+    dataset = load_beir(
+        DATASETS[name], name=name, split=split, title_entities=name in TITLE_ENTITIES
+    )
     embedder = resolve_embedder("local")
     server = EmbeddedPostgres(CACHE_HOME, keep_running=True)
     with Store(server.start()) as store:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from quality import CACHE_HOME, DATASETS  # noqa: E402
+from quality import CACHE_HOME, DATASETS, TITLE_ENTITIES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "pipeline.json"
@@ -35,7 +35,9 @@ def quality(name: str, store: Any, embedder: Any) -> dict[str, Any]:
     from retrieval_pipeline.tools.retrieve import Retriever
 
     dataset = load_beir(DATASETS[name], name=name)
-    ensure_ingested(dataset, Ingestor(store, embedder))
+    ensure_ingested(
+        dataset, Ingestor(store, embedder), title_entities=name in TITLE_ENTITIES
+    )
     report = run_configs(
         dataset, Retriever(store, embedder), [CONFIGS["hybrid"], CONFIGS["pipeline"]]
     )

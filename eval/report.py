@@ -161,6 +161,9 @@ class DatasetReport:
             steps.append(entry)
         return {
             "dataset": self.dataset.name,
+            "split": self.dataset.split,
+            "split_source": self.dataset.split_source,
+            "title_entities": self.dataset.title_entities,
             "queries": len(self.dataset.queries),
             "steps": steps,
             "slices": self.slices,
@@ -620,7 +623,16 @@ def markdown(reports: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
         "",
     ]
     for r in reports:
-        lines += [f"## {r['dataset']} ({r['queries']} queries)", ""]
+        # Every number below comes from this split (older reports: the test file).
+        split = r.get("split", "test")
+        source = r.get("split_source", "qrels/test.tsv")
+        graph = "on" if r.get("title_entities") else "off"
+        lines += [
+            f"## {r['dataset']} ({r['queries']} queries)",
+            "",
+            f"Split: **{split}** ({source}); title entities: {graph}.",
+            "",
+        ]
         lines += [
             "| step | nDCG@10 | recall@20 | Δ vs previous | p |",
             "|---|---|---|---|---|",

@@ -111,11 +111,13 @@ def ensure_ingested(
 ) -> IngestSummary:
     """Ingest the corpus under the data set's tenant; unchanged documents are skipped.
 
-    Multi-hop sets get title entities (a paragraph's title is its entity) so graph
-    fusion has a graph to follow.
+    Title entities (a paragraph's title is its entity, the graph that graph fusion
+    follows in the multi-hop sets) are the data set's explicit option
+    (``BeirDataset.title_entities``, ``eval --title-entities NAME``), never guessed
+    from where the folder lies; ``title_entities`` overrides it.
     """
     if title_entities is None:
-        title_entities = "multihop" in dataset.root.parts
+        title_entities = dataset.title_entities
     return ingestor.ingest_paths(
         [dataset.corpus_path], tenant=dataset.tenant, title_entities=title_entities
     )
