@@ -169,8 +169,9 @@ def merge_small_chunks(
 ) -> list[Chunk]:
     """Merge each chunk under ``min_tokens`` into a neighbour of its document.
 
-    The next chunk when the merged span fits ``max_tokens``, else the previous one.
-    The merged body is the exact span from the first chunk's start to the second's
+    The next chunk when the merged span fits ``max_tokens``, else the previous one
+    when it has the same heading path (a small last section keeps its own). The
+    merged body is the exact span from the first chunk's start to the second's
     end (a heading line between them included), with the heading path of the chunk
     it joins.
     """
@@ -186,7 +187,7 @@ def merge_small_chunks(
                 spans[i + 1] = (lo, n_hi, n_path)
                 i += 1
                 continue
-        if small and merged and lo >= merged[-1][1]:
+        if small and merged and lo >= merged[-1][1] and merged[-1][2] == path:
             p_lo, _, p_path = merged[-1]
             if counter.count(text[p_lo:hi]) <= max_tokens:
                 merged[-1] = (p_lo, hi, p_path)

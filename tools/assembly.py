@@ -10,6 +10,10 @@ so the same pool always assembles to the same bytes.
 - A chunk with Jaccard >= 0.9 to an already-selected chunk is dropped outright.
 - A per-document share of the budget keeps one long document from crowding out
   independent evidence (spec: context construction, "group passages by source").
+- A per-document chunk cap (``DOCUMENT_CHUNKS``) bounds how many passages of one
+  source are chosen, so a top 10 holds more distinct sources: short chunks of one page
+  pass the token share easily (ten 100-token chunks are a sixth of the budget), so
+  the share alone let one page take most slots (measured in bench/documents.py).
 - Selection stops at the token budget or the chunk cap; the output is ordered by
   relevance so the strongest evidence leads ("lost in the middle", Liu et al. 2024).
 """
@@ -32,6 +36,10 @@ from retrieval_pipeline.graph.context import (
 from retrieval_pipeline.tools.tokens import TokenCounter
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+
+DOCUMENT_CHUNKS: int | None = None
+"""Most passages of one document in a context; None: only the token share applies.
+Chosen on the python3-doc dev split (bench/documents.py, BENCHMARKS.md)."""
 
 
 def shingles(text: str, size: int = SHINGLE_SIZE) -> frozenset[int]:
@@ -105,6 +113,7 @@ class AssemblyResult:
     dropped_duplicates: list[str] = field(default_factory=list)
     dropped_budget: list[str] = field(default_factory=list)
     dropped_document_share: list[str] = field(default_factory=list)
+    """Left out by the per-document token share or chunk cap."""
 
 
 def assemble(
@@ -116,10 +125,17 @@ def assemble(
     mmr_lambda: float = MMR_LAMBDA,
     duplicate_jaccard: float = DUPLICATE_JACCARD,
     document_share: float = DOCUMENT_SHARE,
+    document_chunks: int | None = None,
 ) -> AssemblyResult:
-    """Select and order chunks for a context window (see module docstring)."""
+    """Select and order chunks for a context window (see module docstring).
+
+    ``document_chunks`` caps the passages of one document (None: no cap); the
+    pipeline passes :data:`DOCUMENT_CHUNKS`.
+    """
     if token_budget < 1 or max_chunks < 1:
         raise ValueError("token_budget and max_chunks must be positive")
+    if document_chunks is not None and document_chunks < 1:
+        raise ValueError("document_chunks must be positive (or None for no cap)")
     if not 0.0 <= mmr_lambda <= 1.0 or not 0.0 < duplicate_jaccard <= 1.0:
         raise ValueError("mmr_lambda must be in [0, 1] and duplicate_jaccard in (0, 1]")
     if not items:
@@ -136,6 +152,7 @@ def assemble(
     per_document_cap = max(1, int(token_budget * document_share))
     result = AssemblyResult([], 0)
     used_by_document: dict[str, int] = {}
+    chunks_by_document: dict[str, int] = {}
     chosen: list[AssemblyItem] = []
     chosen_grams: list[frozenset[int]] = []
     # Lazy greedy MMR (Minoux 1978), exact: a candidate's redundancy (its max Jaccard
@@ -177,12 +194,16 @@ def assemble(
             continue
         # The first passage of a document always fits its share; later ones must.
         used = used_by_document.get(best.document_id, 0)
-        if used and used + cost > per_document_cap:
+        passages = chunks_by_document.get(best.document_id, 0)
+        if (used and used + cost > per_document_cap) or (
+            document_chunks is not None and passages >= document_chunks
+        ):
             result.dropped_document_share.append(best.chunk_id)
             continue
         chosen.append(best)
         chosen_grams.append(grams.get(i) or _cached_shingles(best))
         used_by_document[best.document_id] = used + cost
+        chunks_by_document[best.document_id] = passages + 1
         result.tokens += cost
     # Front-load: strongest evidence first (MMR order only decided membership).
     chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))

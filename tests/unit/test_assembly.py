@@ -119,6 +119,35 @@ class TestAssembly:
         )
         assert "z" in result.selected and result.dropped_document_share
 
+    def test_the_document_chunk_cap_makes_room_for_other_sources(self) -> None:
+        # Short chunks of one page pass the token share easily; the cap still holds.
+        items = [
+            item(
+                f"p{i}", f"part {i} of the page about {i * 7} things", 1 - i / 20, "pg"
+            )
+            for i in range(8)
+        ] + [
+            item(f"o{i}", f"other page {i} on topic {i * 3}", 0.3 - i / 100)
+            for i in range(4)
+        ]
+        uncapped = assemble(items, CHARS, max_chunks=8)
+        assert [c for c in uncapped.selected if c.startswith("p")] == [
+            f"p{i}" for i in range(8)
+        ]
+        capped = assemble(items, CHARS, max_chunks=8, document_chunks=2)
+        assert [c for c in capped.selected if c.startswith("p")] == ["p0", "p1"]
+        assert {"o0", "o1", "o2", "o3"} <= set(capped.selected)
+        assert capped.selected[:2] == ["p0", "p1"]  # still strongest first
+        assert set(capped.dropped_document_share) >= {"p2", "p3"}
+
+    def test_the_pipeline_default_cap_is_valid(self) -> None:
+        from retrieval_pipeline.tools import assembly
+
+        cap = assembly.DOCUMENT_CHUNKS
+        assert cap is None or cap >= 1
+        with pytest.raises(ValueError, match="document_chunks"):
+            assemble([item("a", "x", 1.0)], CHARS, document_chunks=0)
+
     def test_assembly_is_deterministic(self) -> None:
         items = [item(f"c{i}", f"passage {i % 5} text {i}", 0.5) for i in range(25)]
         assert (

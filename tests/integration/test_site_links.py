@@ -1,0 +1,113 @@
+"""Links between the pages of one ingest, through the real ingest and graph fusion."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from retrieval_pipeline.graph.builder import build_pipeline
+from retrieval_pipeline.graph.context import Context
+from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.ingest.job import Ingestor
+from retrieval_pipeline.ingest.site import LINK_RELATION
+from retrieval_pipeline.tools.retrieve import Retriever
+from retrieval_pipeline.tools.store.graph import GraphStore
+from retrieval_pipeline.tools.store.records import document_key
+
+QUESTION = "How do I install the frobnicator daemon?"
+
+
+def page(title: str, body: str) -> str:
+    return (
+        f"<html><head><title>{title}</title></head><body>"
+        '<div class="navheader"><a accesskey="p" href="index.html">Prev</a>'
+        '<a accesskey="n" href="index.html">Next</a></div>'
+        f"<main><h1>{title}</h1>{body}</main>"
+        "<footer>Example manual, all rights reserved</footer></body></html>"
+    )
+
+
+def make_site(root: Path) -> None:
+    root.mkdir(parents=True)
+    (root / "index.html").write_text(
+        page(
+            "Example manual",
+            '<ul><li><a href="guide/install.html">Installing</a></li>'
+            '<li><a href="guide/tuning.html">Tuning</a></li></ul>',
+        )
+    )
+    (root / "guide").mkdir()
+    (root / "guide" / "install.html").write_text(
+        page(
+            "Installing the frobnicator",
+            "<p>To install the frobnicator daemon, unpack the release and run the "
+            "installer as root. Before the first start, set the options described in "
+            '<a href="../ref/options.html#spool">the options reference</a>.</p>',
+        )
+    )
+    (root / "guide" / "tuning.html").write_text(
+        page("Tuning", "<p>Throughput depends on the number of worker threads.</p>")
+    )
+    (root / "ref").mkdir()
+    (root / "ref" / "options.html").write_text(
+        page(
+            "Options reference",
+            '<h2 id="spool">spool_directory</h2><p>Where queued parcels wait; it '
+            "must be writable and on a local disk.</p>",
+        )
+    )
+    for n in range(6):
+        (root / f"filler{n}.html").write_text(
+            page(f"Geology {n}", f"<p>Rivers carve valley number {n} slowly.</p>")
+        )
+
+
+def test_links_become_relations_that_graph_fusion_follows(
+    ingestor: Ingestor, retriever: Retriever, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    make_site(site)
+    summary = ingestor.ingest_paths([site])
+    assert summary.failed == 0 and summary.documents == 10
+    with retriever.store.connection() as conn:
+        relations = conn.execute(
+            "SELECT d.source_id, count(*) FROM relations r"
+            " JOIN documents d ON d.id = r.document_id WHERE r.type = %s"
+            " GROUP BY 1 ORDER BY 1",
+            (LINK_RELATION,),
+        ).fetchall()
+        contents = [r[0] for r in conn.execute("SELECT content FROM chunks")]
+    # index -> install, tuning; install -> options. The nav bars link nowhere.
+    assert relations == [("guide/install.html", 1), ("index.html", 2)]
+    for content in contents:  # chrome and the shared footer are gone
+        assert "Prev" not in content and "all rights reserved" not in content
+
+    expansion = GraphStore(retriever.store).expand(
+        {document_key("", "guide/install.html"): 1.0},
+        retriever.scope(),
+        top_entities=8,
+        max_hops=2,
+        frontier_cap=16,
+        document_cap=20,
+    )
+    found = dict(expansion.documents)
+    options = document_key("", "ref/options.html")
+    assert options in found and found[options] <= 1.0
+
+    output = build_pipeline(PipelineResources(retriever=retriever)).invoke(
+        {"question": QUESTION, "limit": 8},
+        context=Context(reranker="none", candidate_pool=1),
+    )
+    added = [c["document_id"] for c in output["chunks"] if c["graph_boosted"]]
+    assert "ref/options.html" in added
+    assert output["retrieval_debug"]["graph_added"] >= 1
+
+
+def test_site_links_off_writes_no_relations(
+    ingestor: Ingestor, retriever: Retriever, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    make_site(site)
+    ingestor.ingest_paths([site], site_links=False)
+    with retriever.store.connection() as conn:
+        count = conn.execute("SELECT count(*) FROM relations").fetchone()
+    assert count is not None and count[0] == 0
