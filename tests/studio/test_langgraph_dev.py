@@ -54,6 +54,8 @@ def _config(tmp: Path) -> Path:
         spec["path"] = str(REPO / spec["path"].removeprefix("./"))
     if "auth" in config:
         config["auth"]["path"] = str(REPO / config["auth"]["path"].removeprefix("./"))
+    if "http" in config:
+        config["http"]["app"] = str(REPO / config["http"]["app"].removeprefix("./"))
     path = tmp / "langgraph.json"
     path.write_text(json.dumps(config))
     return path
@@ -88,6 +90,9 @@ def keyed_server(
         "    key_env: RP_STUDIO_OTHER_KEY\n"
         "    principals: [finance]\n"
         "    tenant: other\n"
+        "  - name: monitoring\n"
+        "    key_env: RP_STUDIO_METRICS_KEY\n"
+        "    grants: [metrics]\n"
     )
     yield from _langgraph_dev(
         pg_url,
@@ -97,6 +102,7 @@ def keyed_server(
             "RP_STUDIO_PUBLIC_KEY": "public-secret",
             "RP_STUDIO_FINANCE_KEY": "finance-secret",
             "RP_STUDIO_OTHER_KEY": "other-secret",
+            "RP_STUDIO_METRICS_KEY": "metrics-secret",
         },
     )
 
@@ -245,6 +251,14 @@ def test_studio_serves_pipeline_and_agent(server: str) -> None:
         assert agent["citations"][0]["marker"] == "[1]"
         assert agent["citations"][0]["source_uri"].startswith("file://")
 
+        # http.app: our /healthz and /metrics (no key file: open, as on loopback).
+        assert http.get("/healthz").json() == {"status": "ok"}
+        metrics = http.get("/metrics")
+        assert metrics.status_code == 200
+        assert 'rp_queries_total{path="pipeline"}' in metrics.text
+        assert 'rp_queries_total{path="plain_retrieve"} 1.0' in metrics.text
+        assert http.get("/ok").status_code == 200  # the server's own routes remain
+
 
 LEDGER = "ledger double posting refunds"
 RESTRICTED_DOC = "incidents/inc-2041"
@@ -296,3 +310,17 @@ def test_agent_server_runs_hold_the_api_keys_scope(keyed_server: str) -> None:
     assert agent.status_code == 200, agent.text
     cited = {c.get("document_id") for c in agent.json()["citations"]}
     assert RESTRICTED_DOC not in cited
+
+    # http.app: /healthz is public; /metrics needs a key with the metrics grant.
+    with httpx.Client(base_url=keyed_server, timeout=60) as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/metrics").status_code == 401
+        assert http.get("/metrics", headers={"X-API-Key": "wrong"}).status_code == 401
+        denied = http.get("/metrics", headers={"X-API-Key": "finance-secret"})
+        assert denied.status_code == 403
+        metrics = http.get("/metrics", headers={"X-API-Key": "metrics-secret"})
+        assert metrics.status_code == 200, metrics.text
+    assert 'rp_queries_total{path="pipeline"}' in metrics.text
+    assert 'rp_permission_rejections_total{reason="missing_key"} 1.0' in metrics.text
+    assert 'rp_permission_rejections_total{reason="missing_grant"} 1.0' in metrics.text
+    assert "secret" not in metrics.text
