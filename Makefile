@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 DEMO_HOME ?= $(CURDIR)/.rp_home
 DEMO_QUESTION ?= Who owns the service that failed with ERR_CONN_RESET in v2.3.1?
 
-.PHONY: venv studio-venv bench-venv demo test test-unit test-integration test-studio \
+.PHONY: venv studio-venv bench-venv demo test test-unit test-integration test-studio chromium \
 	serve studio lint format bench eval-check eval-report \
 	bench-ingest bench-quality bench-latency bench-fusion bench-pipeline bench-serve bench-interop bench-reliability bench-scale clean
 
@@ -66,6 +66,21 @@ format: venv
 test: lint
 	$(BIN)/pytest -q tests
 	$(MAKE) test-studio
+
+# Debian's chromium + chromedriver for tests/browser (the playground in a real browser).
+# Installed with apt-get when missing; without apt (or root/sudo) this only says so,
+# and pytest then reports the browser test as skipped with that reason.
+chromium:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+		echo "chromium and chromedriver present"; \
+	elif ! command -v apt-get >/dev/null; then \
+		echo "WARNING: no apt-get: chromium not installed; the browser test will be SKIPPED"; \
+	else \
+		sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
+		{ $$sudo apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium chromium-driver; } \
+		|| echo "WARNING: apt-get could not install chromium; the browser test will be SKIPPED"; \
+	fi
 
 test-studio: studio-venv
 	RP_REQUIRE_STUDIO=1 $(STUDIO_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/studio

@@ -22,8 +22,6 @@ from retrieval_pipeline.ingest.job import Ingestor
 from retrieval_pipeline.serve import create_app, playground_schema
 from retrieval_pipeline.tools.retrieve import Retriever
 
-pytestmark = pytest.mark.browser
-
 QUESTION = "Who owns the service that failed with ERR_CONN_RESET?"
 
 
@@ -48,6 +46,7 @@ def _problems(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.browser
 def test_playground_renders_its_form_and_shows_chunks(
     store: Any,
     ingestor: Ingestor,
