@@ -107,7 +107,7 @@ def test_playground_renders_its_form_and_shows_chunks(
                 in (text := browser.find_element(By.TAG_NAME, "body").text)
                 else None
             ),
-            60,
+            120,
             "the playground showed no chunks",
             browser,
         )
