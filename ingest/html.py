@@ -182,6 +182,16 @@ _NAV_RELS = frozenset(
 MAX_DEPTH = 160  # deeper markup is read as flat text (hostile or broken pages)
 CODE_PART_CHARS = 700  # a fenced part of a long listing (~200 tokens of code)
 TABLE_PART_CHARS = 900  # rows per table part, the header repeated on each
+LIST_PART_CHARS = 900  # a longer list is written in parts of about this size
+LAYOUT_CELL_CHARS = 600  # a table with a cell this long (or with blocks) is layout
+_LONG_LIST_MARKER = re.compile(r"^(\s*)(-|\d+\.) ")
+
+
+def _long_marker(match: re.Match[str]) -> str:
+    marker = match.group(2)
+    return match.group(1) + ("• " if marker == "-" else f"({marker[:-1]}) ")
+
+
 _SPACE = re.compile(r"\s+")
 _MARKDOWN_START = re.compile(r"^(#|```|~~~)")
 
@@ -206,7 +216,7 @@ def _is_admonition(node: LexborNode) -> bool:
     return any(t in _ADMONITION_TOKENS for t in _tokens(node))
 
 
-def _is_chrome(node: LexborNode, inside_main: bool) -> bool:
+def _is_chrome(node: LexborNode) -> bool:
     tag = node.tag or ""
     if tag in _DROP_TAGS:
         return True
@@ -217,7 +227,7 @@ def _is_chrome(node: LexborNode, inside_main: bool) -> bool:
         return not _is_admonition(node) and not any(
             "footnote" in t for t in _tokens(node)
         )
-    if tag in ("header", "footer") and not inside_main:
+    if tag in ("header", "footer") and not _inside_content(node):
         return True
     if attrs.get("hidden") is not None or attrs.get("aria-hidden") == "true":
         return True
@@ -231,7 +241,7 @@ def _is_chrome(node: LexborNode, inside_main: bool) -> bool:
     label = f"{attrs.get('summary') or ''} {attrs.get('aria-label') or ''}".lower()
     if "navigation" in label or "breadcrumb" in label:
         return True
-    return tag in ("table", "div", "p", "ul", "ol") and _nav_link_block(node)
+    return False
 
 
 def _nav_link_block(node: LexborNode) -> bool:
@@ -330,9 +340,7 @@ class _Renderer:
             self._table(child, depth)
         elif tag in ("ul", "ol", "menu"):
             self._flush()
-            lines = _list_lines(child, 0, depth)
-            if lines:
-                self.blocks.append(("list", "\n".join(lines), 0))
+            self._list(_list_lines(child, 0, depth))
         elif tag == "dl":
             self._flush()
             self._definitions(child, depth, admonition)
@@ -349,6 +357,29 @@ class _Renderer:
             return
         else:
             self.walk(child, depth + 1, admonition)
+
+    def _list(self, lines: list[str]) -> None:
+        """One block for a short list; a long one in parts the chunker can pack.
+
+        The chunker keeps a markdown list whole (one block), so a long list (a table
+        of contents, an index) is written as groups of lines with bullets it does not
+        read as list items ("•", "(1)"), a blank line between groups.
+        """
+        if sum(len(line) + 1 for line in lines) <= LIST_PART_CHARS:
+            if lines:
+                self.blocks.append(("list", "\n".join(lines), 0))
+            return
+        part: list[str] = []
+        size = 0
+        for line in lines:
+            line = _LONG_LIST_MARKER.sub(_long_marker, line, count=1)
+            if part and size + len(line) > LIST_PART_CHARS:
+                self.blocks.append(("list", "\n".join(part), 0))
+                part, size = [], 0
+            part.append(line)
+            size += len(line) + 1
+        if part:
+            self.blocks.append(("list", "\n".join(part), 0))
 
     def _code(self, raw: str) -> None:
         lines = raw.replace("\r\n", "\n").replace("\t", "    ").split("\n")
@@ -390,6 +421,16 @@ class _Renderer:
                 header = texts
                 continue
             rows.append(texts)
+        if any(len(cell) > LAYOUT_CELL_CHARS for row in rows for cell in row) or (
+            table.css_first("td ul, td ol, td dl, td pre, td table, td p + p")
+        ):
+            # A layout table (an index in columns, a page grid): read its cells as
+            # ordinary blocks rather than as rows of one giant line each.
+            for cell in table.css("td, th"):
+                if _owner_table(cell) == table.mem_id:
+                    self.walk(cell, depth + 1)
+                    self._flush()
+            return
         caption = table.css_first("caption")
         if caption is not None and _clean(_flat(caption)):
             self.blocks.append(("p", _escape(_clean(_flat(caption))), 0))
@@ -493,17 +534,38 @@ def _list_lines(node: LexborNode, level: int, depth: int) -> list[str]:
     return lines
 
 
+_NAV_BLOCKS = ("table", "div", "p", "ul", "ol")
+
+
 def _remove_chrome(root: LexborNode) -> None:
     doomed: list[LexborNode] = []
     stack: list[tuple[LexborNode, int]] = [(root, 0)]
     while stack:
         node, depth = stack.pop()
         for child in node.iter():
-            if _is_chrome(child, inside_main=_inside_content(child)):
+            if _is_chrome(child):
                 doomed.append(child)
             elif depth < MAX_DEPTH:
                 stack.append((child, depth + 1))
     for node in doomed:
+        node.decompose()
+    # Navigation bars: the nearest block around links marked rel=next/accesskey=n
+    # (one pass from those links up, not a scan of every block's subtree).
+    checked: set[int] = set()
+    nav: list[LexborNode] = []
+    for anchor in root.css("a[accesskey], a[rel]"):
+        block = anchor.parent
+        for _ in range(4):
+            if block is None or block.mem_id == root.mem_id:
+                break
+            if block.tag in _NAV_BLOCKS:
+                if block.mem_id not in checked:
+                    checked.add(block.mem_id)
+                    if _nav_link_block(block):
+                        nav.append(block)
+                break
+            block = block.parent
+    for node in nav:
         node.decompose()
 
 
