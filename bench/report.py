@@ -47,6 +47,88 @@ def _ingest_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     ]
 
 
+def _ingest_formats_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    rows = result["formats"]
+    extract = result["pdf_extractors"]
+    lines = [
+        "## Ingest speed per format (`bench/ingest.py --formats`)",
+        "",
+        f"One fresh embedded database per format; local all-MiniLM-L6-v2 on CPU; "
+        f"{result['machine']['cpus']} cores; one run each; measured {result['date']}. "
+        "Parse is `load_file` alone over the same files (no chunking or embedding); "
+        "the baseline for the rest is each run's own embedding time.",
+        "",
+        "| format | corpus | files | documents | chunks | failed | chunks with "
+        "pages | parse s | files/s parsed | embedding s | total s | documents/s "
+        "| chunks/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {name} | {r['corpus']} | {r['files']} | {r['documents']} | "
+            f"{r['chunks']} | {r['failed']} | {r['chunks_with_pages']} | "
+            f"{r['parse_seconds']:.2f} | {r['parsed_files_per_second']:.1f} | "
+            f"{r['embed_seconds']:.1f} | {r['seconds']:.1f} | "
+            f"{r['docs_per_second']:.2f} | {r['chunks_per_second']:.1f} |"
+        )
+    failures = [
+        f"{f['path']} ({f['reason'].split(';')[0]})"
+        for r in rows.values()
+        for f in r["failures"]
+    ]
+    if failures:
+        lines += ["", "Per-file failures, each with its reason: " + "; ".join(failures)]
+    lines += [
+        "",
+        f"PDF text extraction on the same {extract['files']} shared PDFs, same run: "
+        f"pypdfium2 (used) {extract['pypdfium2_seconds']:.2f} s, pypdf "
+        f"{extract['pypdf_seconds']:.2f} s ({extract['pypdf_over_pypdfium2']:.1f}x "
+        "slower).",
+        "",
+    ]
+    return lines
+
+
+def _pdf_manuals_section(
+    result: dict,  # type: ignore[type-arg]
+    check: dict | None,  # type: ignore[type-arg]
+) -> list[str]:
+    lines = [
+        "## PDF manuals (`bench/ingest.py --pdf-manuals`)",
+        "",
+        f"Debian's {' and '.join(result['packages'])}: {', '.join(result['files'])}; "
+        f"one fresh embedded database; {result['machine']['cpus']} cores; measured "
+        f"{result['date']}.",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| pages | {result['pages']} |",
+        f"| documents | {result['documents']} (failed {result['failed']}, "
+        f"warnings {len(result['warnings'])}) |",
+        f"| chunks | {result['chunks']} (with pages: {result['chunks_with_pages']}) |",
+        f"| wall time | {result['seconds']:.1f} s (embedding "
+        f"{result['embed_seconds']:.1f} s) |",
+        f"| documents/s | {result['docs_per_second']:.3f} |",
+        f"| chunks/s | {result['chunks_per_second']:.1f} |",
+        f"| pages/s | {result['pages_per_second']:.1f} |",
+    ]
+    if check:
+        rows = check["chunks"]
+        pages_ok = sum(r["page_ok"] for r in rows)
+        heading_ok = sum(r["heading_ok"] for r in rows)
+        lines += [
+            f"| hand check, {len(rows)} chunks drawn with seed "
+            f"{result['sample_seed']}: pages right | {pages_ok}/{len(rows)} "
+            f"({pages_ok / len(rows):.0%}) |",
+            f"| hand check: heading path right | {heading_ok}/{len(rows)} "
+            f"({heading_ok / len(rows):.0%}) |",
+            "",
+            check["method"],
+        ]
+    lines.append("")
+    return lines
+
+
 SYSTEMS = [
     ("ours:lexical", "ours: lexical (BM25 in PostgreSQL)"),
     ("ours:dense", "ours: dense (pgvector HNSW)"),
@@ -579,6 +661,16 @@ def write_benchmarks_md() -> Path:
     ingest = RESULTS / "ingest.json"
     if ingest.exists():
         lines += _ingest_section(json.loads(ingest.read_text()))
+    formats = RESULTS / "ingest_formats.json"
+    if formats.exists():
+        lines += _ingest_formats_section(json.loads(formats.read_text()))
+    manuals = RESULTS / "pdf_manuals.json"
+    if manuals.exists():
+        check = RESULTS / "pdf_manuals_check.json"
+        lines += _pdf_manuals_section(
+            json.loads(manuals.read_text()),
+            json.loads(check.read_text()) if check.exists() else None,
+        )
     out = REPO / "BENCHMARKS.md"
     out.write_text("\n".join(lines))
     return out
