@@ -46,6 +46,14 @@ CHARS_PER_TOKEN = 4  # spec: the estimate used when no tokenizer can be loaded.
 CHUNK_MAX_TOKENS = 256  # all-MiniLM-L6-v2 reads 256 word pieces; longer text is cut.
 CHUNK_OVERLAP_TOKENS = 32  # small overlap so a split sentence keeps its context.
 EMBED_BATCH_SIZE = 64  # sentence-transformers' sweet spot on two CPU cores.
+# Remote providers: texts per request (well under OpenAI's 2048 inputs and Voyage's
+# and Cohere's 96-128) and the retry policy of one batch at ingest.
+REMOTE_EMBED_BATCH_SIZE = 96
+EMBED_CONCURRENCY = 4  # remote batches in flight at once (RETRIEVAL_PIPELINE_...).
+EMBED_RETRIES = 4  # attempts per batch: 1 + 3 retries.
+EMBED_BACKOFF_S = 0.5  # first retry after ~0.5 s, doubling, with jitter.
+EMBED_RETRY_AFTER_CAP_S = 60.0  # a longer Retry-After is cut to this.
+REMOTE_EMBED_TIMEOUT_S = 30.0  # the HTTP client's own timeout per request.
 SHINGLE_SIZE = 3  # word 3-shingles: robust to small edits, cheap to compute.
 DOCUMENT_SHARE = (
     0.5  # one document may fill at most half the budget (spec: group by source).
@@ -55,6 +63,10 @@ MAX_SUB_QUERIES = 3  # spec: up to three sub-queries for a bounded multi-query u
 # --- stage behaviour ----------------------------------------------------------------
 RERANK_DEADLINE_S = 2.0  # a reranker slower than this falls back to fused order.
 JUDGE_DEADLINE_S = 10.0  # the judge gets one structured call within this time.
+# Query embedding: one short text, p99 of hosted providers well under a second; a
+# slower or failing provider falls back to the lexical channel (fallback recorded).
+# The local ONNX model takes ~3 ms; its first load happens before the deadline.
+EMBED_DEADLINE_S = 1.0
 GRAPH_FRONTIER_CAP = 16  # entities kept per hop: bounds cost around hub nodes.
 GRAPH_DOCUMENT_CAP = 20  # documents a graph expansion may resolve to.
 GRAPH_CHUNKS = 10  # chunks the scoped retrieve over those documents may add.
@@ -105,6 +117,8 @@ class Context:
     document_share: float = DOCUMENT_SHARE
     rerank_deadline_s: float = RERANK_DEADLINE_S
     judge_deadline_s: float = JUDGE_DEADLINE_S
+    embed_deadline_s: float = EMBED_DEADLINE_S
+    """Query embedding deadline; past it the dense channel is skipped (fallback)."""
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -124,6 +138,8 @@ class Context:
             raise ConfigurationError(
                 "mmr_lambda must be in [0, 1], duplicate_jaccard in (0, 1]"
             )
+        if not 0 < self.embed_deadline_s <= 60:
+            raise ConfigurationError("embed_deadline_s must be in (0, 60] seconds")
         if not 1 <= self.max_chunks <= MAX_LIMIT:
             raise ConfigurationError(f"max_chunks must be 1..{MAX_LIMIT}")
         for name in (

@@ -31,7 +31,7 @@ from retrieval_pipeline.ingest.loaders import (
     page_span,
 )
 from retrieval_pipeline.ingest.site import prepare_site
-from retrieval_pipeline.tools.embeddings import Embedder
+from retrieval_pipeline.tools.embeddings import Embedder, EmbeddingUnavailable
 from retrieval_pipeline.tools.store.records import (
     ChunkRecord,
     DocumentRecord,
@@ -419,10 +419,13 @@ class Ingestor:
             if keys[index, chunk.ordinal] not in kept
         ]
         embed_started = time.perf_counter()
-        fresh = self.embedder.embed_documents(texts) if texts else []
+        # Remote batches run concurrently with retries; a text whose batch finally
+        # failed comes back as the error, and its whole document is left unwritten.
+        fresh = self.embedder.embed_each(texts) if texts else []
         summary.embed_seconds += time.perf_counter() - embed_started
         summary.embeddings_reused += len(reused) + sum(k in kept for k in wanted)
         vectors: list[Sequence[float]] = []
+        failed: dict[int, str] = {}
         fresh_iter = iter(fresh)
         for index, item in enumerate(prepared):
             stored = reused.get(index)
@@ -431,16 +434,31 @@ class Ingestor:
                 continue
             for chunk in item.chunks:
                 previous = kept.get(keys[index, chunk.ordinal])
-                vectors.append(previous if previous is not None else next(fresh_iter))
-        if fresh and len(fresh[0]) != self.embedder.dimension:
+                vector = previous if previous is not None else next(fresh_iter)
+                if isinstance(vector, EmbeddingUnavailable):
+                    failed.setdefault(index, vector.reason)
+                    vector = ()
+                vectors.append(vector)
+        good = [v for v in fresh if not isinstance(v, EmbeddingUnavailable)]
+        if good and len(good[0]) != self.embedder.dimension:
             raise DimensionMismatchError(
                 f"the embedder '{self.embedder.model}' returned "
-                f"{len(fresh[0])}-dimensional "
+                f"{len(good[0])}-dimensional "
                 f"vectors but declared {self.embedder.dimension}"
+            )
+        for index, reason in failed.items():
+            logger.warning(
+                "not written: %s: %s", prepared[index].source.source_uri, reason
+            )
+            summary.failures.append(
+                (prepared[index].source.source_uri, f"not written: {reason}")
             )
         records = []
         cursor = 0
         for index, item in enumerate(prepared):
+            if index in failed:  # never half-written: the document waits for a rerun
+                cursor += len(item.chunks)
+                continue
             source = item.source
             chunk_records = []
             for chunk in item.chunks:

@@ -12,6 +12,7 @@ from retrieval_pipeline.graph.state import BranchInput, Candidate
 from retrieval_pipeline.nodes._common import (
     access_scope,
     context_of,
+    fallback,
     shows_debug,
     stage_timer,
 )
@@ -42,6 +43,7 @@ def make_hybrid_retrieve(
                 weights=weights,
                 trace=trace,
                 fusion=ctx.fusion,
+                embed_deadline_s=ctx.embed_deadline_s,
             )
             soft = SoftScope(
                 path_prefix=branch.get("boost_path_prefix"),
@@ -78,6 +80,10 @@ def make_hybrid_retrieve(
                 **(timings if shows_debug(branch) else {}),
             }
         ]
+        if trace.embed_fallback:  # the lexical channel answered alone
+            debug["fallbacks"] = [
+                fallback("hybrid_retrieve", f"dense skipped: {trace.embed_fallback}")
+            ]
         return {
             "candidate_pool": pool,
             "retrieval_debug": debug,

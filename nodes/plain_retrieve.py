@@ -11,7 +11,12 @@ from retrieval_pipeline.auth import bind_state
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import PipelineState
-from retrieval_pipeline.nodes._common import context_of, shows_debug, stage_timer
+from retrieval_pipeline.nodes._common import (
+    context_of,
+    fallback,
+    shows_debug,
+    stage_timer,
+)
 from retrieval_pipeline.observability import record_timings
 from retrieval_pipeline.tools.retrieve import RetrievalTrace
 
@@ -44,6 +49,7 @@ def make_plain_retrieve(
                 depth=ctx.channel_depth,
                 trace=trace,
                 debug=shows_debug(state),
+                embed_deadline_s=ctx.embed_deadline_s,
             )
         record_timings(
             state.get("trace_key"),
@@ -54,6 +60,10 @@ def make_plain_retrieve(
                 "embed_ms": round(trace.embed_ms, 3),
             },
         )
+        if trace.embed_fallback:  # the lexical channel answered alone
+            debug["fallbacks"] = [
+                fallback("plain_retrieve", f"dense skipped: {trace.embed_fallback}")
+            ]
         output = [{**c.to_dict(), "graph_boosted": False} for c in chunks]
         debug["assembled_tokens"] = sum(c.token_count for c in chunks)
         debug["token_method"] = "stored"

@@ -17,6 +17,7 @@ DATABASE_URL_ENV = "DATABASE_URL"
 EMBEDDINGS_ENV = "RETRIEVAL_PIPELINE_EMBEDDINGS"
 TIKTOKEN_DIR_ENV = "RETRIEVAL_PIPELINE_TIKTOKEN_DIR"
 STATEMENT_TIMEOUT_ENV = "RETRIEVAL_PIPELINE_STATEMENT_TIMEOUT_MS"
+EMBED_CONCURRENCY_ENV = "RETRIEVAL_PIPELINE_EMBED_CONCURRENCY"
 DEFAULT_STATEMENT_TIMEOUT_MS = 60_000
 
 
@@ -53,6 +54,26 @@ def statement_timeout() -> int:
         raise ConfigurationError(
             f"{STATEMENT_TIMEOUT_ENV} must be a whole number of milliseconds (0 = no "
             f"limit), got {raw!r}"
+        )
+    return value
+
+
+def embed_concurrency() -> int:
+    """Remote embedding batches in flight at once during ingest (default 4)."""
+    from retrieval_pipeline.graph.context import EMBED_CONCURRENCY
+
+    raw = os.environ.get(EMBED_CONCURRENCY_ENV, "").strip()
+    if not raw:
+        return EMBED_CONCURRENCY
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        from retrieval_pipeline.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"{EMBED_CONCURRENCY_ENV} must be a whole number from 1 to 64, got {raw!r}"
         )
     return value
 

@@ -1,15 +1,22 @@
-"""Local HTTP servers that speak the Voyage and Cohere rerank protocols, and the
-OpenAI chat-completions protocol (for the judge, through the real ChatOpenAI).
+"""Local HTTP servers that speak the Voyage and Cohere rerank protocols, the
+OpenAI chat-completions protocol (for the judge, through the real ChatOpenAI), and
+the embeddings protocols of OpenAI and Voyage (``POST .../embeddings``) and Cohere
+(``POST /v2/embed``).
 
 Real sockets on 127.0.0.1, real JSON: the adapters under test cannot tell them from
-the providers, except that the scores come from a transparent word-overlap rule and
-the judge's answer is scripted.
+the providers, except that the scores come from a transparent word-overlap rule, the
+embeddings from hashed words (:func:`hashed_embedding`), and the judge's answer is
+scripted.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import math
 import re
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +33,19 @@ def overlap_score(query: str, document: str) -> float:
     return len(words & found) / len(words) if words else 0.0
 
 
+EMBEDDING_DIMENSION = 64
+
+
+def hashed_embedding(text: str, dimension: int = EMBEDDING_DIMENSION) -> list[float]:
+    """A unit vector of hashed words: texts sharing words point the same way."""
+    vector = [0.0] * dimension
+    for word in re.findall(r"\w+", text.lower()):
+        digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
+        vector[int.from_bytes(digest, "little") % dimension] += 1.0
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector]
+
+
 @dataclass
 class PeerBehaviour:
     # ok | http500 | slow | drip | malformed | wrong_count | rate_limited | reset
@@ -34,6 +54,12 @@ class PeerBehaviour:
     answer: dict[str, Any] | None = None  # the judge's structured answer (chat peer)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    # Embeddings: the fault ``mode`` hits only the first ``fail_times`` requests
+    # (0: every request); a request carrying ``poison`` always gets a 500.
+    fail_times: int = 0
+    poison: str | None = None
+    retry_after: str = "7"
+    times: list[float] = field(default_factory=list)  # monotonic arrival times
 
 
 def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
@@ -45,6 +71,10 @@ def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             behaviour.requests.append(body)
             behaviour.headers.append(dict(self.headers))
+            behaviour.times.append(time.monotonic())
+            if self.path.endswith(("/embeddings", "/v2/embed")):
+                self._embed(body, len(behaviour.requests))
+                return
             if behaviour.mode == "reset":
                 self.connection.close()
                 return
@@ -87,6 +117,63 @@ def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
                 payload = {"id": "x", "results": scored, "meta": {}}
             else:
                 payload = {"object": "list", "data": scored, "model": body["model"]}
+            self._send(200, json.dumps(payload).encode())
+
+        def _embed(self, body: dict[str, Any], number: int) -> None:
+            texts = body.get("input", body.get("texts", []))
+            texts = [texts] if isinstance(texts, str) else list(texts)
+            if behaviour.poison and any(behaviour.poison in t for t in texts):
+                self._send(500, b'{"message": "poisoned batch"}')
+                return
+            faulty = behaviour.fail_times == 0 or number <= behaviour.fail_times
+            mode = behaviour.mode if faulty else "ok"
+            if mode == "slow":
+                time.sleep(behaviour.delay_s)
+            elif mode == "http500":
+                self._send(500, b'{"message": "internal error"}')
+                return
+            elif mode == "rate_limited":
+                self._send(
+                    429,
+                    b'{"message": "slow down"}',
+                    {"Retry-After": behaviour.retry_after},
+                )
+                return
+            elif mode == "malformed":
+                self._send(200, b'{"data": [{"index": 0, "embedd')
+                return
+            elif mode == "reset":
+                self.connection.close()
+                return
+            vectors = [hashed_embedding(t) for t in texts]
+            if self.path.endswith("/v2/embed"):  # Cohere v2
+                payload: dict[str, Any] = {
+                    "id": "embed-local",
+                    "embeddings": {"float": vectors},
+                    "texts": texts,
+                    "meta": {},
+                }
+            else:  # OpenAI and Voyage
+                b64 = body.get("encoding_format") == "base64"
+                payload = {
+                    "object": "list",
+                    "data": [
+                        {
+                            "object": "embedding",
+                            "index": i,
+                            "embedding": (
+                                base64.b64encode(
+                                    struct.pack(f"<{len(v)}f", *v)
+                                ).decode()
+                                if b64
+                                else v
+                            ),
+                        }
+                        for i, v in enumerate(vectors)
+                    ],
+                    "model": body.get("model", "local"),
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                }
             self._send(200, json.dumps(payload).encode())
 
         def _chat(self, body: dict[str, Any]) -> None:

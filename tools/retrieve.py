@@ -8,6 +8,7 @@ channel's SQL, before any ranking.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -21,6 +22,7 @@ from retrieval_pipeline.graph.context import (
     BM25_K1,
     CHANNEL_DEPTH,
     DEFAULT_LIMIT,
+    EMBED_DEADLINE_S,
     FUSION,
     FUSIONS,
     HNSW_EF_SEARCH,
@@ -29,7 +31,11 @@ from retrieval_pipeline.graph.context import (
     RRF_K,
 )
 from retrieval_pipeline.ingest.chunker import extract_identifiers
-from retrieval_pipeline.tools.embeddings import Embedder, resolve_embedder
+from retrieval_pipeline.tools.embeddings import (
+    Embedder,
+    EmbeddingUnavailable,
+    resolve_embedder,
+)
 from retrieval_pipeline.tools.store.records import RetrievedChunk, document_key
 from retrieval_pipeline.tools.store.store import (
     LEXICAL_EXHAUSTIVE_POSTINGS,
@@ -37,6 +43,8 @@ from retrieval_pipeline.tools.store.store import (
     Store,
     open_store,
 )
+
+logger = logging.getLogger(__name__)
 
 CHANNELS = ("lexical", "dense")
 
@@ -246,6 +254,8 @@ class RetrievalTrace:
     lexical_postings: int = 0  # postings of the query's lexemes in the tenant
     dense_candidates: int = 0
     fused_candidates: int = 0
+    # Why the dense channel was skipped (the query embedding failed or was late).
+    embed_fallback: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -312,9 +322,10 @@ class Retriever:
             index = self.store.embedding_index()
             if index is None:
                 return False  # nothing ingested yet
-            self.store.check_embedding_compatible(
-                index, self.embedder.model, self.embedder.dimension
-            )
+            # A remote embedder's width is known only after a call: never probe the
+            # provider here (an outage would fail the query, not just its dense arm).
+            dimension = self.embedder.known_dimension or index.dimension
+            self.store.check_embedding_compatible(index, self.embedder.model, dimension)
             self._index_checked = True
         return True
 
@@ -327,11 +338,15 @@ class Retriever:
         trace: RetrievalTrace | None = None,
         query_embedding: Sequence[float] | None = None,
         run_dense: bool = True,
+        embed_deadline_s: float = EMBED_DEADLINE_S,
     ) -> dict[str, list[tuple[str, float]]]:
         """Run the channels; return ranked (chunk id, score) lists per channel.
 
         ``query_embedding`` skips embedding the query (batched callers, benchmarks);
         ``run_dense=False`` runs the lexical channel alone (its dense list is empty).
+        The query embedding starts before the lexical search and gets
+        ``embed_deadline_s``; if it fails or is late, the dense list is empty and
+        ``trace.embed_fallback`` says why (the lexical channel still answers).
         """
         trace = trace if trace is not None else RetrievalTrace()
         depth = depth or self.depth
@@ -341,6 +356,12 @@ class Retriever:
         query = parsed.text
         if parsed.constraint:
             scope = replace(scope, constraint=parsed.constraint)
+        pending = None
+        embed_started = time.perf_counter()
+        if run_dense and query_embedding is None:
+            # Started first: a remote provider's round trip overlaps the lexical query.
+            pending = self.embedder.query_future(query)
+            embed_started = time.perf_counter()  # a cold model's load is not counted
         started = time.perf_counter()
         lexical_stats: dict[str, Any] = {}
         lexical = self.store.search_lexical(
@@ -361,13 +382,17 @@ class Retriever:
         lexical_hits = [(chunk_id, score) for chunk_id, score, _ in lexical]
         if not run_dense:
             return {"lexical": lexical_hits, "dense": []}
-        started = time.perf_counter()
-        vector = (
-            list(query_embedding)
-            if query_embedding is not None
-            else self.embedder.embed_query(query)
-        )
-        trace.embed_ms = (time.perf_counter() - started) * 1000
+        if pending is None:
+            vector = list(query_embedding) if query_embedding is not None else []
+        else:
+            try:
+                vector = self.embedder.await_query(pending, embed_deadline_s)
+            except EmbeddingUnavailable as exc:
+                trace.embed_ms = (time.perf_counter() - embed_started) * 1000
+                trace.embed_fallback = exc.reason
+                logger.warning("dense channel skipped: %s", exc.reason)
+                return {"lexical": lexical_hits, "dense": []}
+            trace.embed_ms = (time.perf_counter() - embed_started) * 1000
         started = time.perf_counter()
         dense = self.store.search_dense(
             vector, scope, depth=depth, ef_search=HNSW_EF_SEARCH
@@ -391,6 +416,7 @@ class Retriever:
         trace: RetrievalTrace | None = None,
         query_embedding: Sequence[float] | None = None,
         fusion: str | None = None,
+        embed_deadline_s: float = EMBED_DEADLINE_S,
     ) -> list[tuple[str, float, dict[str, int]]]:
         """Fuse the chosen channels: (chunk id, score in [0, 1], rank per channel).
 
@@ -409,6 +435,7 @@ class Retriever:
             trace=trace,
             query_embedding=query_embedding,
             run_dense="dense" in channels,
+            embed_deadline_s=embed_deadline_s,
         )
         lists = {c: [i for i, _ in ranked[c]] for c in channels}
         fused = fuse(
@@ -440,6 +467,7 @@ class Retriever:
         trace: RetrievalTrace | None = None,
         query_embedding: Sequence[float] | None = None,
         debug: bool = False,
+        embed_deadline_s: float = EMBED_DEADLINE_S,
     ) -> list[RetrievedChunk]:
         """Return up to ``limit`` chunks ranked by the fusion of both channels.
 
@@ -457,6 +485,7 @@ class Retriever:
             depth=max(depth or self.depth, limit),
             trace=trace,
             query_embedding=query_embedding,
+            embed_deadline_s=embed_deadline_s,
         )
         fused = fuse(ranked, method=self.fusion, k=self.rrf_k, weights=self.weights)[
             :limit

@@ -29,14 +29,14 @@ class TestIdempotency:
         assert first.documents == 18 and first.failed == 0 and first.chunks > 19
         before = _chunks_of(store, "services/payments-api")
         calls: list[int] = []
-        real = ingestor.embedder.embed_documents
-        ingestor.embedder.embed_documents = lambda texts: (
+        real = ingestor.embedder.embed_each
+        ingestor.embedder.embed_each = lambda texts: (
             calls.append(len(texts)) or real(texts)
         )  # type: ignore[method-assign]
         try:
             second = ingestor.ingest_paths([sample_corpus])
         finally:
-            del ingestor.embedder.embed_documents
+            del ingestor.embedder.embed_each
         assert (second.documents, second.skipped, second.chunks) == (0, 18, 0)
         assert calls == []  # an unchanged corpus is never re-embedded
         assert _chunks_of(store, "services/payments-api") == before
@@ -97,8 +97,8 @@ class TestRevisions:
         before = _chunks_of(store, "doc.md")
         vectors = store.chunk_embeddings([r[0] for r in before])
         embedded: list[str] = []
-        real = ingestor.embedder.embed_documents
-        ingestor.embedder.embed_documents = lambda texts: (
+        real = ingestor.embedder.embed_each
+        ingestor.embedder.embed_each = lambda texts: (
             embedded.extend(texts) or real(texts)
         )  # type: ignore[method-assign]
         try:
@@ -110,7 +110,7 @@ class TestRevisions:
             doc.write_text(body.replace("giraffe", "okapi"))
             edited = ingestor.ingest_paths([tmp_path])
         finally:
-            del ingestor.embedder.embed_documents
+            del ingestor.embedder.embed_each
         assert touched.documents == 1 and touched.embeddings_reused == 2
         assert [r[0] for r in after_touch] == [r[0] for r in before]
         assert after_touch[0][2] != before[0][2]  # the revision did change
