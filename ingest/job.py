@@ -437,8 +437,9 @@ class Ingestor:
                 vector = previous if previous is not None else next(fresh_iter)
                 if isinstance(vector, EmbeddingUnavailable):
                     failed.setdefault(index, vector.reason)
-                    vector = ()
-                vectors.append(vector)
+                    vectors.append(())
+                else:
+                    vectors.append(vector)
         good = [v for v in fresh if not isinstance(v, EmbeddingUnavailable)]
         if good and len(good[0]) != self.embedder.dimension:
             raise DimensionMismatchError(

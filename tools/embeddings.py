@@ -90,7 +90,7 @@ class RetryPolicy:
         """Seconds to wait before attempt ``attempt + 1`` (0-based ``attempt``)."""
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.retry_after_cap_s)
-        base = self.backoff_s * (2**attempt)
+        base = self.backoff_s * 2.0**attempt
         return base * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not secrets
 
 
