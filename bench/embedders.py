@@ -46,8 +46,8 @@ CONCURRENT = 8
 ROUNDS = 7
 FAULT_DEADLINE_S = 0.5
 FAULT_QUERIES = 20
-THROUGHPUT_CHUNKS = 512
-QUERY_SAMPLES = 200
+THROUGHPUT_CHUNKS = 256
+QUERY_SAMPLES = 100
 GOALS = {
     "concurrent_embed_s": 0.3,
     "fault_margin_ms": 50.0,
@@ -145,6 +145,22 @@ def _fresh_database(server_url: str, name: str) -> str:
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
         conn.execute(f"CREATE DATABASE {name}")
+    params = conninfo_to_dict(server_url)
+    params["dbname"] = name
+    return make_conninfo(**params)
+
+
+def _database(server_url: str, name: str) -> str:
+    """Connection string of database ``name`` (created if missing, kept if present)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+        ).fetchone()
+        if not exists:
+            conn.execute(f"CREATE DATABASE {name}")
     params = conninfo_to_dict(server_url)
     params["dbname"] = name
     return make_conninfo(**params)
@@ -280,24 +296,34 @@ def _chunk_texts(limit: int) -> list[str]:
     return texts[:limit]
 
 
-def part_c(server_url: str, datasets: list[str], home: Path) -> dict[str, Any]:
-    from retrieval_pipeline.eval.datasets import load_beir
-    from retrieval_pipeline.eval.runner import CONFIGS, run_channel_configs
-    from retrieval_pipeline.ingest.job import Ingestor
+def part_c(
+    server_url: str,
+    datasets: list[str],
+    home: Path,
+    previous: dict[str, Any],
+    speed: bool,
+) -> dict[str, Any]:
     from retrieval_pipeline.tools.embeddings import (
         local_minilm_onnx,
         local_minilm_torch,
     )
-    from retrieval_pipeline.tools.retrieve import Retriever
-    from retrieval_pipeline.tools.store import Store
 
     embedders = {"onnx": local_minilm_onnx(), "torch": local_minilm_torch()}
     for e in embedders.values():
         e.warm_up()
         e.embed_documents(["warm up"] * 8)
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = dict(previous)
+    if speed:
+        out.update(_speed(embedders, home))
+    out["quality"] = _quality(server_url, datasets, embedders, out.get("quality", {}))
+    return out
 
-    # Throughput and query latency first, on a quiet process, interleaved.
+
+def _speed(embedders: dict[str, Any], home: Path) -> dict[str, Any]:
+    from retrieval_pipeline.eval.datasets import load_beir
+
+    out: dict[str, Any] = {}
+    # Throughput and query latency, interleaved so both see the same machine load.
     texts = _chunk_texts(THROUGHPUT_CHUNKS)
     rates: dict[str, list[float]] = {k: [] for k in embedders}
     for _ in range(3):
@@ -330,10 +356,25 @@ def part_c(server_url: str, datasets: list[str], home: Path) -> dict[str, Any]:
         for k, v in latency.items()
     }
     out["query_embed_ms"]["samples"] = len(queries)
+    out["rss"] = {"onnx": _rss("local", home), "torch": _rss("local-torch", home)}
+    return out
 
-    # Quality: each data set ingested once per embedder, under its own tenant.
-    store = Store(_fresh_database(server_url, "bench_embed_quality"))
-    quality: dict[str, Any] = {}
+
+def _quality(
+    server_url: str,
+    datasets: list[str],
+    embedders: dict[str, Any],
+    quality: dict[str, Any],
+) -> dict[str, Any]:
+    """Each data set ingested once per embedder, under its own tenant."""
+    from retrieval_pipeline.eval.datasets import load_beir
+    from retrieval_pipeline.eval.runner import CONFIGS, run_channel_configs
+    from retrieval_pipeline.ingest.job import Ingestor
+    from retrieval_pipeline.tools.retrieve import Retriever
+    from retrieval_pipeline.tools.store import Store
+
+    store = Store(_database(server_url, "bench_embed_quality"))
+    quality = dict(quality)
     try:
         for ds in datasets:
             quality[ds] = {}
@@ -373,11 +414,16 @@ def part_c(server_url: str, datasets: list[str], home: Path) -> dict[str, Any]:
                 - quality[ds]["torch"]["hybrid_ndcg@10"],
                 4,
             )
+            _save_partial(quality)
     finally:
         store.close()
-    out["quality"] = quality
-    out["rss"] = {"onnx": _rss("local", home), "torch": _rss("local-torch", home)}
-    return out
+    return quality
+
+
+def _save_partial(quality: dict[str, Any]) -> None:
+    """Keep finished data sets if a later one is interrupted."""
+    partial = RESULTS.with_suffix(".partial.json")
+    partial.write_text(json.dumps(quality, indent=1) + "\n")
 
 
 def main() -> int:
@@ -385,6 +431,11 @@ def main() -> int:
     parser.add_argument("--parts", nargs="+", default=["a", "b", "c"])
     parser.add_argument(
         "--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS)
+    )
+    parser.add_argument(
+        "--no-speed",
+        action="store_true",
+        help="part c: quality only (keep the stored throughput, latency, RSS)",
     )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -403,7 +454,13 @@ def main() -> int:
             results["b_faults"] = part_b(url)
             print(results["b_faults"], file=sys.stderr)
         if "c" in args.parts:
-            results["c_onnx_vs_torch"] = part_c(url, args.datasets, CACHE_HOME)
+            results["c_onnx_vs_torch"] = part_c(
+                url,
+                args.datasets,
+                CACHE_HOME,
+                results.get("c_onnx_vs_torch", {}),
+                speed=not args.no_speed,
+            )
     finally:
         server.stop()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
