@@ -8,6 +8,12 @@ Functions for Hybrid Retrieval"). Reports nDCG@10 with paired tests against RRF.
 This is how the default fusion was chosen; it writes bench/results/fusion.json.
 
     python bench/fusion.py [--datasets ...] [--split test]
+    python bench/fusion.py --datasets ... --select dev --split test [--home DIR]
+
+With ``--select dev`` (issue 18) the choice is made where it should be: the variant
+with the best mean nDCG@10 on the dev splits is reported on the test splits, and
+leave-one-dataset-out picks, for each set, the variant best on the *other* sets'
+dev splits and reports it on the held-out set's test split against RRF k = 60.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ RESULTS = REPO / "bench" / "results" / "fusion.json"
 Channels = dict[str, list[tuple[str, float]]]
 
 
-def collect(name: str, split: str) -> dict[str, Any]:
+def collect(name: str, split: str, home: Path = CACHE_HOME) -> dict[str, Any]:
     path = CACHE / f"channels-{name}-{split}.json"
     if path.exists():
         return json.loads(path.read_text())
@@ -43,7 +49,7 @@ def collect(name: str, split: str) -> dict[str, Any]:
         DATASETS[name], name=name, split=split, title_entities=name in TITLE_ENTITIES
     )
     embedder = resolve_embedder("local")
-    server = EmbeddedPostgres(CACHE_HOME, keep_running=True)
+    server = EmbeddedPostgres(home, keep_running=True)
     with Store(server.start()) as store:
         ensure_ingested(dataset, Ingestor(store, embedder))
         retriever = Retriever(store, embedder)
@@ -120,17 +126,96 @@ def variants(docs: dict[str, str]) -> dict[str, Callable[[Channels], list[str]]]
     return out
 
 
+def per_query(data: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each variant's nDCG@10 per query over cached channel lists."""
+    from retrieval_pipeline.eval.metrics import chunks_to_documents, evaluate
+
+    docs = data["docs"]
+    out = {}
+    for label, fn in variants(docs).items():
+        run = {
+            qid: chunks_to_documents([docs[c] for c in fn(ch) if c in docs])
+            for qid, ch in data["queries"].items()
+        }
+        out[label] = evaluate(run, data["qrels"], ks=(10,), metrics=("ndcg",))[
+            "ndcg@10"
+        ]
+    return out
+
+
+def _mean(values: dict[str, float]) -> float:
+    return sum(values.values()) / len(values)
+
+
+def select_and_report(
+    names: list[str], select: str, split: str, home: Path
+) -> dict[str, Any]:
+    """Choose on ``select`` splits, report on ``split``; leave-one-dataset-out too."""
+    from retrieval_pipeline.eval.stats import paired_test
+
+    dev = {n: per_query(collect(n, select, home)) for n in names}
+    test = {n: per_query(collect(n, split, home)) for n in names}
+    labels = [v for v in next(iter(dev.values())) if v not in ("lexical", "dense")]
+
+    def best(on: list[str]) -> str:
+        return max(labels, key=lambda v: (sum(_mean(dev[n][v]) for n in on), v))
+
+    def cell(name: str, variant: str) -> dict[str, Any]:
+        qids = sorted(test[name][variant])
+        rrf_values = [test[name]["rrf k60"][q] for q in qids]
+        values = [test[name][variant][q] for q in qids]
+        cmp = paired_test(rrf_values, values)
+        return {
+            "variant": variant,
+            "test_ndcg@10": sum(values) / len(values),
+            "test_rrf_ndcg@10": sum(rrf_values) / len(rrf_values),
+            "delta_vs_rrf": cmp.delta,
+            "p_vs_rrf": cmp.p_value,
+        }
+
+    chosen = best(names)
+    return {
+        "select_split": select,
+        "report_split": split,
+        "dev_ndcg@10": {n: {v: _mean(dev[n][v]) for v in dev[n]} for n in names},
+        "test_ndcg@10": {n: {v: _mean(test[n][v]) for v in test[n]} for n in names},
+        "chosen_on_all_dev": chosen,
+        "chosen_on_test": {n: cell(n, chosen) for n in names},
+        "leave_one_dataset_out": {
+            n: cell(n, best([m for m in names if m != n])) for n in names
+        },
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS))
     parser.add_argument("--split", default="test")
+    parser.add_argument(
+        "--select", default=None, help="choose on this split (dev), report on --split"
+    )
+    parser.add_argument("--home", type=Path, default=CACHE_HOME)
     args = parser.parse_args()
     from retrieval_pipeline.eval.metrics import chunks_to_documents, evaluate
     from retrieval_pipeline.eval.stats import paired_test
 
+    if args.select:
+        study = select_and_report(args.datasets, args.select, args.split, args.home)
+        print(f"chosen on {args.select}: {study['chosen_on_all_dev']}")
+        for kind in ("chosen_on_test", "leave_one_dataset_out"):
+            for n, c in study[kind].items():
+                print(
+                    f"{kind} {n}: {c['variant']} {c['test_ndcg@10']:.4f} vs rrf "
+                    f"{c['test_rrf_ndcg@10']:.4f} ({c['delta_vs_rrf']:+.4f}, "
+                    f"p {c['p_vs_rrf']:.3f})"
+                )
+        out = RESULTS.with_name("fusion_splits.json")
+        out.write_text(json.dumps(study, indent=1) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
+        return 0
     table: dict[str, dict[str, Any]] = {}
     for name in args.datasets:
-        data = collect(name, args.split)
+        data = collect(name, args.split, args.home)
         docs = data["docs"]
         per_variant = {}
         for label, fn in variants(docs).items():

@@ -14,6 +14,8 @@ Splits (issue 18): every default is chosen on a ``dev`` split and reported on ``
 The carve is a fixed rule, not a file: a query is dev when the first 8 hex digits of
 ``sha256("dev-split:" + query id)`` are below a third of 2^32, so about a third of
 the queries choose defaults and two thirds report them, the same on every machine.
+A test file with fewer than ``MIN_CARVE`` judged queries (a toy set) is not carved:
+its ``dev`` and ``test`` are the whole file, and its split source says so.
 Query texts come from ``queries.jsonl`` and, for a split's own queries, from
 ``queries_<split>.jsonl`` when it exists (SciFact keeps its train claims there).
 """
@@ -72,6 +74,7 @@ def load_qrels(path: Path) -> Qrels:
 
 SPLITS = ("dev", "test", "all")
 DEV_SHARE = 1 / 3  # of a carved set's queries: the rest is held out
+MIN_CARVE = 30  # judged queries a test file needs before a dev third is carved off
 
 
 def carved_dev(query_id: str) -> bool:
@@ -134,8 +137,12 @@ def load_beir(
         qid: docs
         for qid, docs in load_qrels(qrels_path).items()
         if any(grade > 0 for grade in docs.values())
-        and (carved is None or carved_dev(qid) == carved)
     }
+    if carved is not None:
+        if len(qrels) >= MIN_CARVE:
+            qrels = {q: d for q, d in qrels.items() if carved_dev(q) == carved}
+        else:
+            source = f"qrels/test.tsv (fewer than {MIN_CARVE} queries: not carved)"
     queries: dict[str, str] = {}
     own_queries = root / f"queries_{qrels_path.stem}.jsonl"
     for path in (queries_path, own_queries):

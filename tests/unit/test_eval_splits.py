@@ -66,6 +66,12 @@ def test_own_dev_or_train_judgements_are_the_dev_split(tmp_path: Path) -> None:
     assert sorted(load_beir(root, split="test").queries) == ["t1", "t2"]
 
 
+def test_a_toy_set_is_not_carved(tmp_path: Path) -> None:
+    root = _beir(tmp_path / "toy", {"test": ["a", "b", "c"]})
+    assert sorted(load_beir(root).queries) == ["a", "b", "c"]
+    assert "not carved" in load_beir(root, split="dev").split_source
+
+
 def test_a_missing_split_is_a_clear_error(tmp_path: Path) -> None:
     root = _beir(tmp_path / "x", {"test": ["a"]})
     with pytest.raises(RetrievalPipelineError, match="qrels/validation.tsv"):
