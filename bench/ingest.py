@@ -190,8 +190,8 @@ def _ingest_fresh(
     from retrieval_pipeline.ingest.job import Ingestor
     from retrieval_pipeline.tools.store import EmbeddedPostgres, Store
 
+    EmbeddedPostgres(home, keep_running=True).reset()
     server = EmbeddedPostgres(home, keep_running=True)
-    server.reset()
     url = server.start()
     try:
         with Store(url) as store:
@@ -326,6 +326,17 @@ def _manual_files() -> list[Path]:
     return files
 
 
+def _pages(files: list[Path]) -> int:
+    import pypdfium2 as pdfium
+
+    total = 0
+    for file in files:
+        document = pdfium.PdfDocument(str(file))
+        total += len(document)
+        document.close()
+    return total
+
+
 def _manual_chunks(files: list[Path]) -> dict[str, object]:
     """Parse and chunk every manual as ingest does; the 20 chunks are drawn here.
 
@@ -386,7 +397,7 @@ def _manual_chunks(files: list[Path]) -> dict[str, object]:
     }
 
 
-def run_pdf_manuals() -> dict[str, object]:
+def run_pdf_manuals(ingest_only: list[str] | None = None) -> dict[str, object]:
     from retrieval_pipeline.tools.embeddings import resolve_embedder
 
     files = _manual_files()
@@ -403,7 +414,9 @@ def run_pdf_manuals() -> dict[str, object]:
     print(f"parsed: {result['pages']} pages, {result['parsed_chunks']} chunks")
     home = REPO / "bench" / ".cache" / "pdf-home"
     staged = Path(tempfile.mkdtemp(prefix="rp-bench-manuals-"))
-    for file in files:
+    ingested = [f for f in files if not ingest_only or f.name in ingest_only]
+    result["ingested_files"] = [f.name for f in ingested]
+    for file in ingested:
         (staged / file.name).symlink_to(file)
     ids = [str(r["chunk_id"]) for r in result["sample"]]  # type: ignore[attr-defined]
     run = _ingest_fresh([staged], home, resolve_embedder("local"), ids)
@@ -420,7 +433,8 @@ def run_pdf_manuals() -> dict[str, object]:
             "embed_seconds": summary.embed_seconds,  # type: ignore[attr-defined]
             "docs_per_second": summary.documents / summary.seconds,  # type: ignore[attr-defined]
             "chunks_per_second": summary.chunks / summary.seconds,  # type: ignore[attr-defined]
-            "pages_per_second": result["pages"] / summary.seconds,  # type: ignore[attr-defined, operator]
+            "ingested_pages": _pages(ingested),
+            "pages_per_second": _pages(ingested) / summary.seconds,  # type: ignore[attr-defined]
             "sample_found_in_database": run["found"],
         }
     )
@@ -437,6 +451,13 @@ def main() -> int:
         action="store_true",
         help="ingest the octave-doc/gnuplot-doc PDF manuals and draw 20 chunks",
     )
+    parser.add_argument(
+        "--ingest-only",
+        nargs="*",
+        default=None,
+        help="with --pdf-manuals: embed and store only these manual files (names); "
+        "all of them are still parsed, chunked and sampled",
+    )
     parser.add_argument("--dataset", type=Path, default=DEFAULT_DATASET)
     parser.add_argument(
         "--limit", type=int, default=None, help="first N documents only"
@@ -450,7 +471,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.formats or args.pdf_manuals:
         target = FORMATS_RESULTS if args.formats else MANUALS_RESULTS
-        result = run_formats() if args.formats else run_pdf_manuals()
+        result = run_formats() if args.formats else run_pdf_manuals(args.ingest_only)
         target.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"wrote {target}")
         from report import write_benchmarks_md
