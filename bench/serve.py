@@ -1,17 +1,21 @@
-"""Serving: HTTP overhead over an in-process call, and 32 concurrent clients for 60 s.
+"""Serving: HTTP overhead over an in-process call; 1 vs 2 workers under 32 clients.
 
-Starts `retrieval-pipeline serve` as a subprocess on a loopback port over a fresh
-embedded database holding examples/sample_corpus, then:
+Starts `retrieval-pipeline serve --workers N` as a subprocess on a loopback port over
+a fresh embedded database holding examples/sample_corpus (local embedding model),
+then:
 
-1. overhead: the same questions through `pipeline.invoke` in this process and through
-   `POST /retrieve/invoke` (keep-alive client), interleaved, several rounds; the goal
-   (issue 5) is HTTP p50 minus in-process p50 under 5 ms;
-2. load: 32 concurrent asyncio clients for 60 s against `/retrieve/invoke`; counts
-   errors, reports p50/p95 and throughput, and compares the server's database pool
-   (from /metrics), the PostgreSQL backends and the server's RSS before (after a 5 s
-   warm-up burst) and after.
+1. overhead (one worker): the same questions through `graph.ainvoke` in this process
+   (the async path the server runs) and through `POST /retrieve/invoke` (keep-alive
+   client), interleaved, several rounds; the goal (issue 17) is HTTP p50 minus
+   in-process p50 under 5 ms;
+2. load: 32 concurrent asyncio clients against `/retrieve/invoke`, for one worker and
+   for two, in ABBA order (1, 2, 2, 1) so drifting machine load weighs on both; counts
+   errors, reports p50/p95 and throughput per run, and the ratio of the medians (goal:
+   two workers >= 1.7x one on 2 cores). Each run also records the server's database
+   pools (summed over workers by /metrics), the PostgreSQL backends and the RSS of
+   each worker before (after a 5 s warm-up burst) and after.
 
-    python bench/serve.py [--seconds 60] [--clients 32] [--rounds 5]
+    python bench/serve.py [--seconds 30] [--clients 32] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -75,85 +79,142 @@ def _backends(store: Any) -> int:
     return int(row[0]) - 1  # minus this probe's own connection
 
 
-def _snapshot(url: str, store: Any, proc: Any) -> dict[str, float]:
-    """The server's DB pool size, the PostgreSQL backends and the server's RSS."""
+def _workers(proc: Any, expected: int) -> list[Any]:
+    """The processes that serve requests: the workers, or the server itself."""
+    if expected == 1:
+        return [proc]
+    children = [
+        c
+        for c in proc.children(recursive=True)
+        if "multiprocessing" in " ".join(c.cmdline())
+        and "resource_tracker" not in " ".join(c.cmdline())
+    ]
+    return children
+
+
+def _snapshot(url: str, store: Any, proc: Any, workers: int) -> dict[str, Any]:
+    """The servers' DB pools (summed), the PostgreSQL backends, each worker's RSS."""
     import httpx
 
     with httpx.Client(base_url=url, timeout=30) as http:
         metrics = http.get("/metrics").text
+    rss = [w.memory_info().rss / 2**20 for w in _workers(proc, workers)]
     return {
         "pool_size": _metric(metrics, "rp_db_pool_connections", 'state="pool_size"'),
         "backends": _backends(store),
-        "rss_mb": proc.memory_info().rss / 2**20,
+        "worker_rss_mb": rss,
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
-
+def _start(cli: str, env: dict[str, str], home: Path, workers: int) -> tuple[Any, str]:
     import httpx
-    import psutil
 
-    home = Path(tempfile.mkdtemp(prefix="rp-bench-serve-"))
-    os.environ["RETRIEVAL_PIPELINE_HOME"] = str(home)
-    os.environ.pop("DATABASE_URL", None)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cli = str(Path(sys.executable).with_name("retrieval-pipeline"))
-    subprocess.run([cli, "ingest", str(SAMPLE)], check=True, env=env)
-
-    from retrieval_pipeline.graph.builder import graph
-    from retrieval_pipeline.graph.resources import default_resources
-
-    store = default_resources().store
     port = _free_port()
-    log = (home / "serve.log").open("w")
+    log = (home / f"serve-{workers}.log").open("a")
     server = subprocess.Popen(
-        [cli, "serve", "--port", str(port)],
+        [cli, "serve", "--port", str(port), "--workers", str(workers)],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            text = httpx.get(f"{url}/metrics", timeout=2).text
+            if _metric(text, "rp_workers") == workers:
+                return server, url
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise RuntimeError("server did not start; see " + str(home))
+        time.sleep(0.5)
+
+
+def _stop(server: Any) -> None:
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+
+    import psutil
+
+    home = Path(tempfile.mkdtemp(prefix="rp-bench-serve-"))
+    os.environ["RETRIEVAL_PIPELINE_HOME"] = str(home)
+    os.environ.pop("DATABASE_URL", None)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("RETRIEVAL_PIPELINE_API_KEYS", None)
+    cli = str(Path(sys.executable).with_name("retrieval-pipeline"))
+    subprocess.run([cli, "ingest", str(SAMPLE)], check=True, env=env)
+
+    from retrieval_pipeline.graph.builder import graph
+    from retrieval_pipeline.graph.resources import default_resources
+    from retrieval_pipeline.tools.embeddings import resolve_embedder
+
+    store = default_resources().store
+    embedder = resolve_embedder()
     results: dict[str, Any] = {
         "benchmark": "serve",
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{os.cpu_count()} cores",
+        "embedder": f"{embedder.model} ({type(embedder.embeddings).__name__})",
+        "load_avg_before": os.getloadavg()[0],
     }
+    runs: list[dict[str, Any]] = []
     try:
-        deadline = time.monotonic() + 120
-        while True:
+        server, url = _start(cli, env, home, 1)
+        try:
+            results["overhead"] = overhead(graph, url, args.rounds)
+            print(json.dumps(results["overhead"], indent=2), file=sys.stderr)
+        finally:
+            _stop(server)
+        for workers in (1, 2, 2, 1):
+            server, url = _start(cli, env, home, workers)
             try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("server did not start; see " + str(home))
-            time.sleep(0.5)
-        results["overhead"] = overhead(graph, url, args.rounds)
-        print(json.dumps(results["overhead"], indent=2), file=sys.stderr)
-        proc = psutil.Process(server.pid)
-        # A short burst first, so "before" is the warm steady state (pool at its
-        # working size, model and caches loaded) and "after" shows only growth.
-        asyncio.run(load(url, args.clients, 5))
-        before = _snapshot(url, store, proc)
-        load_result = asyncio.run(load(url, args.clients, args.seconds))
-        time.sleep(2)
-        after = _snapshot(url, store, proc)
-        load_result.update(before=before, after=after)
-        results["load"] = load_result
-        print(json.dumps(results["load"], indent=2), file=sys.stderr)
+                proc = psutil.Process(server.pid)
+                # A short burst first, so "before" is the warm steady state (pools
+                # at their working size, model and caches loaded).
+                asyncio.run(load(url, args.clients, 5))
+                before = _snapshot(url, store, proc, workers)
+                run = asyncio.run(load(url, args.clients, args.seconds))
+                time.sleep(1)
+                after = _snapshot(url, store, proc, workers)
+            finally:
+                _stop(server)
+            run.update(workers=workers, before=before, after=after)
+            runs.append(run)
+            print(json.dumps(run), file=sys.stderr)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
-        log.close()
         store.close()
         subprocess.run([cli, "db", "stop"], env=env, check=False)
+    results["runs"] = runs
+    results["load_avg_after"] = os.getloadavg()[0]
+    by = {
+        n: statistics.median(r["throughput_rps"] for r in runs if r["workers"] == n)
+        for n in (1, 2)
+    }
+    results["throughput_rps"] = {str(n): v for n, v in by.items()}
+    results["speedup_2_over_1"] = by[2] / by[1]
+    results["p50_ms"] = {
+        str(n): statistics.median(r["p50_ms"] for r in runs if r["workers"] == n)
+        for n in (1, 2)
+    }
+    results["p95_ms"] = {
+        str(n): statistics.median(r["p95_ms"] for r in runs if r["workers"] == n)
+        for n in (1, 2)
+    }
+    print(json.dumps({k: results[k] for k in ("throughput_rps", "speedup_2_over_1")}))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
     sys.path.insert(0, str(REPO / "bench"))
@@ -164,37 +225,56 @@ def main() -> int:
 
 
 def overhead(graph: Any, url: str, rounds: int) -> dict[str, Any]:
+    """In-process `graph.invoke` and `graph.ainvoke`, and HTTP, interleaved.
+
+    The overhead is HTTP minus the sync `invoke` (the definition earlier runs used);
+    `ainvoke`, the path the server itself runs, splits it into the async execution's
+    share and the HTTP layer's.
+    """
     import httpx
 
-    local: list[float] = []
-    remote: list[float] = []
-    with httpx.Client(base_url=url, timeout=30) as http:
+    samples: dict[str, list[float]] = {"sync": [], "async": [], "http": []}
+    loop = asyncio.new_event_loop()
+    try:
+        with httpx.Client(base_url=url, timeout=30) as http:
 
-        def call_local(q: str) -> None:
-            graph.invoke({"question": q, "limit": 8})
+            def call_sync(q: str) -> None:
+                graph.invoke({"question": q, "limit": 8})
 
-        def call_remote(q: str) -> None:
-            response = http.post(
-                "/retrieve/invoke", json={"input": {"question": q, "limit": 8}}
-            )
-            response.raise_for_status()
+            def call_async(q: str) -> None:
+                loop.run_until_complete(graph.ainvoke({"question": q, "limit": 8}))
 
-        for q in QUESTIONS:  # warm both sides (model, caches, pages)
-            call_local(q)
-            call_remote(q)
-        for _ in range(rounds):
-            for q in QUESTIONS:
-                for call, samples in ((call_local, local), (call_remote, remote)):
-                    started = time.perf_counter()
+            def call_http(q: str) -> None:
+                response = http.post(
+                    "/retrieve/invoke", json={"input": {"question": q, "limit": 8}}
+                )
+                response.raise_for_status()
+
+            calls = {"sync": call_sync, "async": call_async, "http": call_http}
+            for q in QUESTIONS:  # warm every path (model, caches, pages)
+                for call in calls.values():
                     call(q)
-                    samples.append((time.perf_counter() - started) * 1000)
+            for round_ in range(rounds):
+                for i, q in enumerate(QUESTIONS):
+                    order = list(calls)
+                    shift = (round_ + i) % len(order)  # rotate who goes first
+                    for name in order[shift:] + order[:shift]:
+                        started = time.perf_counter()
+                        calls[name](q)
+                        samples[name].append((time.perf_counter() - started) * 1000)
+    finally:
+        loop.close()
+    p50 = {name: statistics.median(values) for name, values in samples.items()}
     return {
-        "calls": len(local),
-        "in_process_p50_ms": statistics.median(local),
-        "http_p50_ms": statistics.median(remote),
-        "overhead_p50_ms": statistics.median(remote) - statistics.median(local),
-        "in_process_p95_ms": _percentile(local, 0.95),
-        "http_p95_ms": _percentile(remote, 0.95),
+        "calls": len(samples["http"]),
+        "in_process_p50_ms": p50["sync"],
+        "in_process_async_p50_ms": p50["async"],
+        "http_p50_ms": p50["http"],
+        "overhead_p50_ms": p50["http"] - p50["sync"],
+        "overhead_vs_async_p50_ms": p50["http"] - p50["async"],
+        "in_process_p95_ms": _percentile(samples["sync"], 0.95),
+        "in_process_async_p95_ms": _percentile(samples["async"], 0.95),
+        "http_p95_ms": _percentile(samples["http"], 0.95),
     }
 
 
