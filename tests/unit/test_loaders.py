@@ -115,7 +115,7 @@ class TestMalformedFiles:
             load_file(path, DEFAULTS)
 
     def test_unsupported_extension_is_rejected(self, tmp_path: Path) -> None:
-        path = write(tmp_path / "x.pdf", "text")
+        path = write(tmp_path / "x.rtf", "text")
         with pytest.raises(IngestError, match="unsupported"):
             load_file(path, DEFAULTS)
 
