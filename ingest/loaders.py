@@ -76,6 +76,7 @@ BINARY_SUFFIXES = {
 SUFFIXES = {**TEXT_SUFFIXES, **BINARY_SUFFIXES}
 SIDECAR_SUFFIXES = (".meta.json", ".meta.yaml", ".meta.yml")
 MAX_FILE_BYTES = 50 * 1024 * 1024  # larger single files are almost surely not prose
+MAX_BINARY_BYTES = 200 * 1024 * 1024  # a PDF's images count too; its text is far less
 _FRONT_MATTER = re.compile(
     r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL
 )
@@ -264,7 +265,7 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
 
 def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocument:
     """A PDF or DOCX: parsed by its library, never decoded as text."""
-    _check_size(path)
+    _check_size(path, MAX_BINARY_BYTES)
     meta = _read_sidecar(path)
     given_title = str(meta.pop("title", "") or "")
     library = "pypdfium2" if kind == "pdf" else "python-docx"
@@ -292,16 +293,16 @@ def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocumen
     )
 
 
-def _check_size(path: Path) -> None:
+def _check_size(path: Path, limit: int = MAX_FILE_BYTES) -> None:
     try:
         size = path.stat().st_size
     except OSError as exc:
         raise IngestError(str(path), f"cannot read: {exc.strerror or exc}") from exc
-    if size > MAX_FILE_BYTES:
+    if size > limit:
         raise IngestError(
             str(path),
             f"file is {size:,} bytes; the limit is "
-            f"{MAX_FILE_BYTES:,}. Split it into smaller documents.",
+            f"{limit:,}. Split it into smaller documents.",
         )
 
 

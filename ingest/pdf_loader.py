@@ -257,9 +257,12 @@ def _mark_outline(document: object, pages: list[list[_Line]]) -> bool:
         return False
     placed = False
     for item in items:
-        title = " ".join(_CONTROL.sub("", item.get_title() or "").split())
-        dest = item.get_dest()
-        page_index = dest.get_index() if dest is not None else None
+        try:
+            title = " ".join(_CONTROL.sub("", item.get_title() or "").split())
+            dest = item.get_dest()
+            page_index = dest.get_index() if dest is not None else None
+        except Exception:  # noqa: BLE001 - one broken bookmark is skipped, not fatal
+            continue
         if not title or page_index is None or not 0 <= page_index < len(pages):
             continue
         level = min(item.level + 2, _MAX_HEADING_LEVEL)
