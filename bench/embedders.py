@@ -46,7 +46,7 @@ CONCURRENT = 8
 ROUNDS = 7
 FAULT_DEADLINE_S = 0.5
 FAULT_QUERIES = 20
-THROUGHPUT_CHUNKS = 256
+THROUGHPUT_CHUNKS = 128
 QUERY_SAMPLES = 100
 GOALS = {
     "concurrent_embed_s": 0.3,
@@ -302,6 +302,7 @@ def part_c(
     home: Path,
     previous: dict[str, Any],
     speed: bool,
+    save: Any,
 ) -> dict[str, Any]:
     from retrieval_pipeline.tools.embeddings import (
         local_minilm_onnx,
@@ -315,7 +316,9 @@ def part_c(
     out: dict[str, Any] = dict(previous)
     if speed:
         out.update(_speed(embedders, home))
-    out["quality"] = _quality(server_url, datasets, embedders, out.get("quality", {}))
+        save(out)
+    out["quality"] = dict(out.get("quality", {}))
+    _quality(server_url, datasets, embedders, out["quality"], lambda: save(out))
     return out
 
 
@@ -365,8 +368,9 @@ def _quality(
     datasets: list[str],
     embedders: dict[str, Any],
     quality: dict[str, Any],
-) -> dict[str, Any]:
-    """Each data set ingested once per embedder, under its own tenant."""
+    checkpoint: Any,
+) -> None:
+    """Each data set ingested once per embedder, under its own tenant (in place)."""
     from retrieval_pipeline.eval.datasets import load_beir
     from retrieval_pipeline.eval.runner import CONFIGS, run_channel_configs
     from retrieval_pipeline.ingest.job import Ingestor
@@ -374,7 +378,6 @@ def _quality(
     from retrieval_pipeline.tools.store import Store
 
     store = Store(_database(server_url, "bench_embed_quality"))
-    quality = dict(quality)
     try:
         for ds in datasets:
             quality[ds] = {}
@@ -414,16 +417,9 @@ def _quality(
                 - quality[ds]["torch"]["hybrid_ndcg@10"],
                 4,
             )
-            _save_partial(quality)
+            checkpoint()
     finally:
         store.close()
-    return quality
-
-
-def _save_partial(quality: dict[str, Any]) -> None:
-    """Keep finished data sets if a later one is interrupted."""
-    partial = RESULTS.with_suffix(".partial.json")
-    partial.write_text(json.dumps(quality, indent=1) + "\n")
 
 
 def main() -> int:
@@ -444,15 +440,37 @@ def main() -> int:
 
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results: dict[str, Any] = previous.get("parts", {})
+
+    def save(part_c: dict[str, Any] | None = None) -> None:
+        """Write the results so far (each step lands even if a later one stops)."""
+        if part_c is not None:
+            results["c_onnx_vs_torch"] = part_c
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(
+            json.dumps(
+                {
+                    "benchmark": "embedders",
+                    "date": time.strftime("%Y-%m-%d"),
+                    "machine": {"cpus": os.cpu_count()},
+                    "goals": GOALS,
+                    "parts": results,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+
     server = EmbeddedPostgres(CACHE_HOME, keep_running=True)
     url = server.start()
     try:
         if "a" in args.parts:
             results["a_remote_concurrency"] = part_a()
             print(results["a_remote_concurrency"], file=sys.stderr)
+            save()
         if "b" in args.parts:
             results["b_faults"] = part_b(url)
             print(results["b_faults"], file=sys.stderr)
+            save()
         if "c" in args.parts:
             results["c_onnx_vs_torch"] = part_c(
                 url,
@@ -460,23 +478,11 @@ def main() -> int:
                 CACHE_HOME,
                 results.get("c_onnx_vs_torch", {}),
                 speed=not args.no_speed,
+                save=save,
             )
     finally:
         server.stop()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "embedders",
-                "date": time.strftime("%Y-%m-%d"),
-                "machine": {"cpus": os.cpu_count()},
-                "goals": GOALS,
-                "parts": results,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    save()
     from report import write_benchmarks_md
 
     write_benchmarks_md()
