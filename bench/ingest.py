@@ -100,9 +100,10 @@ def run_once(dataset: Path, limit: int | None, keep: bool) -> dict[str, float]:
         # --keep ingests into the shared bench database (fresh each time) so that
         # bench/quality.py can reuse the embedded corpus instead of embedding it again.
         home = CACHE_HOME if keep else Path(tmp) / "home"
-        server = EmbeddedPostgres(home, keep_running=True)
         if keep:
-            server.reset()
+            # reset() then start() on one object fails (its pgdata path is gone).
+            EmbeddedPostgres(home, keep_running=True).reset()
+        server = EmbeddedPostgres(home, keep_running=True)
         url = server.start()
         try:
             embedder = resolve_embedder("local")
