@@ -451,7 +451,10 @@ def main() -> int:
                 {
                     "benchmark": "embedders",
                     "date": time.strftime("%Y-%m-%d"),
-                    "machine": {"cpus": os.cpu_count()},
+                    "machine": {
+                        "cpus": os.cpu_count(),
+                        "load_avg_1m": round(os.getloadavg()[0], 1),
+                    },
                     "goals": GOALS,
                     "parts": results,
                 },

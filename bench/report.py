@@ -667,6 +667,114 @@ def _side_channels_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _embedders_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    parts, goals = result["parts"], result["goals"]
+    lines = [
+        "## Embedders (`bench/embedders.py`)",
+        "",
+        f"{result['machine']['cpus']} cores, measured {result['date']}; medians; "
+        "each comparison ran in one process, interleaved.",
+        "",
+    ]
+    if result.get("note"):
+        lines += [f"Note ({result['note']})", ""]
+    a = parts.get("a_remote_concurrency")
+    if a:
+        med = a["wall_s_median"]
+        lines += [
+            f"**Remote embedder at {a['peer_delay_s'] * 1000:.0f} ms** (an "
+            "OpenAI-compatible peer on 127.0.0.1 in its own process, the real "
+            f"`OpenAIEmbeddings` client): {a['concurrent']} concurrent distinct "
+            f"query embeddings, {a['rounds']} rounds. Before: one process-wide lock "
+            "around every provider call (the old `Embedder`), reproduced in the same "
+            "process around the same client.",
+            "",
+            "| | wall time, median | goal |",
+            "|---|---|---|",
+            f"| before (global lock) | {med['before_global_lock']:.3f} s | |",
+            f"| after | **{med['after']:.3f} s** | < {a['goal_s']} s |",
+            "",
+            f"Speed-up {a['speedup']:.1f}x; one call alone takes "
+            f"{a['single_call_s_median']:.3f} s.",
+            "",
+        ]
+    b = parts.get("b_faults")
+    if b:
+        lines += [
+            f"**Provider faults**: the whole pipeline (no judge, no reranker) with "
+            f"`embed_deadline_s` = {b['deadline_s']} s over the sample corpus "
+            f"(ingested through the healthy peer), {b['queries']} distinct queries per "
+            "fault. *Added* is a query's latency minus the same query's latency "
+            "when the provider fails at once (500): the wait the fault costs.",
+            "",
+            "| fault | errors | fallback recorded | answered | p50 | max | added p50 "
+            "| added max |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for mode, label in (("http500", "HTTP 500"), ("hang", "hangs (30 s)")):
+            m = b.get(mode)
+            if not m:
+                continue
+            lines.append(
+                f"| {label} | {m['errors']} | {m['fallback_recorded']}/{b['queries']}"
+                f" | {m['answered_with_chunks']}/{b['queries']} | "
+                f"{m['latency_ms_p50']:.0f} ms | {m['latency_ms_max']:.0f} ms | "
+                f"{m.get('added_over_fail_fast_ms_p50', float('nan')):.0f} ms | "
+                f"{m.get('added_over_fail_fast_ms_max', float('nan')):.0f} ms |"
+            )
+        lines.append("")
+    c = parts.get("c_onnx_vs_torch")
+    if c:
+        lines += [
+            "**ONNX (`local`) against torch (`local-torch`)**, same weights, same "
+            "process:",
+            "",
+            "| measure | ONNX | torch | ratio / delta | goal |",
+            "|---|---|---|---|---|",
+        ]
+        t = c.get("throughput")
+        if t:
+            r = t["chunks_per_s_median"]
+            lines.append(
+                f"| embedding throughput ({t['chunks']} SciFact chunks) | "
+                f"{r['onnx']:.1f} chunks/s | {r['torch']:.1f} chunks/s | "
+                f"{t['speedup']:.2f}x | >= {goals['ingest_speedup']}x |"
+            )
+        q = c.get("query_embed_ms")
+        if q:
+            lines.append(
+                f"| query embedding p50 ({q['samples']} SciFact queries) | "
+                f"{q['onnx']['p50']:.2f} ms | {q['torch']['p50']:.2f} ms | "
+                f"{q['onnx']['p50'] / q['torch']['p50']:.2f}x | "
+                f"<= {goals['query_p50_ms']} ms |"
+            )
+        rss = c.get("rss")
+        if rss:
+            lines.append(
+                "| RSS of a process with the embedder and the pipeline loaded | "
+                f"{rss['onnx']['rss_mb']:.0f} MB (torch imported: "
+                f"{rss['onnx']['torch_imported']}) | {rss['torch']['rss_mb']:.0f} MB | "
+                f"{rss['onnx']['rss_mb'] / rss['torch']['rss_mb']:.2f}x | "
+                f"<= {goals['rss_mb']:.0f} MB |"
+            )
+        for name, d in c.get("quality", {}).items():
+            lines.append(
+                f"| {name}: hybrid nDCG@10 ({d['onnx']['queries']} test queries) | "
+                f"{d['onnx']['hybrid_ndcg@10']:.4f} | "
+                f"{d['torch']['hybrid_ndcg@10']:.4f} | "
+                f"{d['hybrid_delta']:+.4f} | within {goals['ndcg_delta']} |"
+            )
+        for name, d in c.get("quality", {}).items():
+            o, tt = d["onnx"], d["torch"]
+            lines.append(
+                f"| {name}: ingest embedding chunks/s ({o['chunks']} chunks) | "
+                f"{o['embed_chunks_per_s']:.1f} | {tt['embed_chunks_per_s']:.1f} | "
+                f"{o['embed_chunks_per_s'] / tt['embed_chunks_per_s']:.2f}x | |"
+            )
+        lines.append("")
+    return lines
+
+
 def write_benchmarks_md() -> Path:
     lines = [
         "# Benchmarks",
@@ -708,6 +816,9 @@ def write_benchmarks_md() -> Path:
     ingest = RESULTS / "ingest.json"
     if ingest.exists():
         lines += _ingest_section(json.loads(ingest.read_text()))
+    embedders = RESULTS / "embedders.json"
+    if embedders.exists():
+        lines += _embedders_section(json.loads(embedders.read_text()))
     formats = RESULTS / "ingest_formats.json"
     if formats.exists():
         lines += _ingest_formats_section(json.loads(formats.read_text()))

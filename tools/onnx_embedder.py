@@ -269,6 +269,10 @@ class OnnxMiniLM:
             )
             options.intra_op_num_threads = self.threads or min(os.cpu_count() or 1, 4)
             options.inter_op_num_threads = 1
+            # No busy-waiting between ops: with several workers (or other work) on
+            # the cores, spinning threads starve the thread that has work. Measured
+            # on a loaded 2-core machine: 32 passages in 20 s without, 41 s with.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = onnxruntime.InferenceSession(
                 str(path), sess_options=options, providers=["CPUExecutionProvider"]
             )
