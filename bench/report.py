@@ -667,6 +667,121 @@ def _side_channels_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _documents_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    index = result["index"]
+    ingest = result.get("ingest_uncached") or result["ingest"]
+    structure = result.get("structure")
+    lines = [
+        "## Real documents: a documentation site (`bench/documents.py`)",
+        "",
+    ]
+    if structure:
+        lines += [
+            "The whole site through the loader and chunker (no embedding): "
+            f"{structure['pages']} pages, {structure['chunks']} chunks, "
+            f"**{structure['chrome_chunks']} chunks holding navigation chrome**, "
+            f"{structure['chunks_under_24_tokens']} under 24 tokens, "
+            f"{structure['empty_heading_paths']} with an empty heading path, "
+            f"{structure['link_relations']} link relations; load + chunk "
+            f"{structure['load_and_chunk_seconds']:.0f} s = "
+            f"{structure['docs_per_second_without_embedding']:.2f} documents/s, "
+            f"{structure['chunks_per_second_without_embedding']:.1f} chunks/s.",
+            "",
+        ]
+    subset = (
+        f" (the judged pages plus {result.get('distractors') or 0} sampled others: "
+        "the machine could not embed the whole site in the session's time)"
+        if result.get("pages") == "judged"
+        else ""
+    )
+    lines += [
+        f"Site: {result['site']}; {index['documents']} pages indexed{subset}; local "
+        f"{result['embedder']} on CPU; {result['machine']['cpus']} cores (shared "
+        f"with other work); measured {result['date']}. Page-level nDCG@10: a page "
+        "ranks where its best chunk ranks. Baselines run in the same process over "
+        "the same stored pages: bm25s over page text, dense max-passage (exact "
+        "cosine over the very chunk vectors stored), RRF of the two (k = 60). "
+        "Defaults were chosen on the dev split; the test split was not used for "
+        "any choice.",
+        "",
+        "| index | value |",
+        "|---|---|",
+        f"| pages | {index['documents']} |",
+        f"| chunks | {index['chunks']} |",
+        f"| chunks holding navigation chrome | {index['chrome_chunks']} |",
+        f"| chunks under 24 tokens | {index['chunks_under_24_tokens']} |",
+        f"| median chunk tokens | {index['median_chunk_tokens']:.0f} |",
+        f"| link relations (site graph) | {index['link_relations']} |",
+        f"| ingest wall time | {ingest.get('seconds', 0):.0f} s |",
+        f"| ingest documents/s | {ingest.get('docs_per_second', 0):.2f} |",
+        f"| ingest chunks/s | {ingest.get('chunks_per_second', 0):.1f} |",
+        f"| of which vectors from the bench's embedding cache | "
+        f"{ingest.get('embedding_cache_hits', 0)} (so the speeds above are not "
+        "a cold ingest when this is not 0) |",
+        "",
+    ]
+    splits = result["splits"]
+    names = list(next(iter(splits.values()))["systems"])
+    heads = [f"{s} ({splits[s]['questions']} q)" for s in splits]
+    lines += [
+        "| system | "
+        + " | ".join(f"nDCG@10 {h}" for h in heads)
+        + " | "
+        + " | ".join(f"distinct pages, {s}" for s in splits)
+        + " |",
+        "|---|" + "---|" * (2 * len(splits)),
+    ]
+    for name in names:
+        cells = []
+        for split in splits:
+            row = splits[split]["systems"][name]
+            n = row["ndcg@10"]
+            cells.append(f"{n['mean']:.3f} [{n['low']:.3f}, {n['high']:.3f}]")
+        for split in splits:
+            row = splits[split]["systems"][name]
+            pages = row.get("distinct_pages_top10")
+            cells.append(f"{pages:.2f}" if pages is not None else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Paired randomization tests (nDCG@10, delta = second minus first):",
+        "",
+        "| comparison | " + " | ".join(splits) + " |",
+        "|---|" + "---|" * len(splits),
+    ]
+    first = next(iter(splits.values()))
+    for comparison in first["comparisons"]:
+        cells = []
+        for split in splits:
+            c = splits[split]["comparisons"].get(comparison)
+            cells.append(f"{c['delta']:+.3f} (p = {c['p_value']:.3f})" if c else "")
+        lines.append(f"| {comparison} | " + " | ".join(cells) + " |")
+    kinds = sorted({k for s in splits.values() for k in s.get("by_type", {})})
+    if kinds:
+        lines += [
+            "",
+            "By question type (nDCG@10, pipeline / RRF / bm25s):",
+            "",
+            "| type | " + " | ".join(splits) + " |",
+            "|---|" + "---|" * len(splits),
+        ]
+        for kind in kinds:
+            cells = []
+            for split in splits:
+                t = splits[split].get("by_type", {}).get(kind)
+                cells.append(
+                    f"{t['pipeline']:.3f} / {t['rrf(bm25s, dense)']:.3f} / "
+                    f"{t['bm25s']:.3f} ({t['questions']:.0f} q)"
+                    if t
+                    else ""
+                )
+            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    notes = result.get("notes") or []
+    if notes:
+        lines += [""] + [f"- {note}" for note in notes]
+    return lines + [""]
+
+
 def _embedders_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     parts, goals = result["parts"], result["goals"]
     lines = [
@@ -786,6 +901,9 @@ def write_benchmarks_md() -> Path:
     quality = RESULTS / "quality.json"
     if quality.exists():
         lines += _quality_section(json.loads(quality.read_text()))
+    documents = RESULTS / "documents.json"
+    if documents.exists():
+        lines += _documents_section(json.loads(documents.read_text()))
     fusion = RESULTS / "fusion.json"
     if fusion.exists():
         lines += _fusion_section(json.loads(fusion.read_text()))
