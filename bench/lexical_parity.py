@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -48,10 +49,25 @@ def _fake_embedder() -> Any:
     )
 
 
+_INNER_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
+
+
 def _ours(
-    store: Any, tenant: str, queries: dict[str, str], *, k1: float, b: float, ids: bool
+    store: Any,
+    tenant: str,
+    queries: dict[str, str],
+    *,
+    k1: float,
+    b: float,
+    ids: bool,
+    split_hyphens: bool = False,
 ) -> dict[str, list[str]]:
-    """Our lexical channel's document ranking (first occurrence of each document)."""
+    """Our lexical channel's document ranking (first occurrence of each document).
+
+    ``split_hyphens`` reads a query's inner hyphens as spaces for the prose field
+    (PostgreSQL's parser otherwise adds the whole compound, "amp-activ", beside its
+    parts, and reads the "-85" of "76-85" as a signed number).
+    """
     from retrieval_pipeline.ingest.chunker import extract_identifiers
     from retrieval_pipeline.tools.retrieve import parse_websearch
     from retrieval_pipeline.tools.store.store import AccessScope
@@ -61,8 +77,9 @@ def _ours(
     runs = {}
     for qid, text in sorted(queries.items()):
         parsed = parse_websearch(text)
+        prose = _INNER_HYPHEN.sub(" ", parsed.text) if split_hyphens else parsed.text
         hits = store.search_lexical(
-            parsed.text,
+            prose,
             extract_identifiers(parsed.text) if ids else [],
             scope,
             depth=DEPTH,
@@ -97,7 +114,7 @@ def _explain(store: Any, text: str) -> dict[str, Any]:
     return {
         "tsvector": lexemes or [],
         "identifiers": extract_identifiers(text),
-        "bm25s": sorted(vocab[i] for i in tokens.ids[0]),
+        "bm25s_tokens": sorted(vocab[i] for i in tokens.ids[0]),
     }
 
 
@@ -121,6 +138,15 @@ def run(name: str, split: str, store: Any) -> dict[str, Any]:
         ),
         "ours-no-identifiers": _ours(
             store, dataset.tenant, dataset.queries, k1=BM25_K1, b=BM25_B, ids=False
+        ),
+        "ours-split-hyphens": _ours(
+            store,
+            dataset.tenant,
+            dataset.queries,
+            k1=BM25_K1,
+            b=BM25_B,
+            ids=True,
+            split_hyphens=True,
         ),
         "ours-k1.5-b.75": _ours(
             store, dataset.tenant, dataset.queries, k1=1.5, b=0.75, ids=True

@@ -1,0 +1,25 @@
+"""The lexical channel's prose text splits inner hyphens (issue 18, lexical parity)."""
+
+from __future__ import annotations
+
+from retrieval_pipeline.ingest.chunker import extract_identifiers
+from retrieval_pipeline.tools.retrieve import parse_websearch, prose_query
+
+
+def test_inner_hyphens_read_as_spaces() -> None:
+    assert prose_query("AMP-activated kinase") == "AMP activated kinase"
+    assert prose_query("76-85% of people") == "76 85% of people"
+    assert prose_query("β-blockers") == "β blockers"
+
+
+def test_exclusions_and_underscores_are_left_alone() -> None:
+    parsed = parse_websearch("gateway -timeout ERR_CONN_RESET")
+    assert prose_query(parsed.text) == "gateway ERR_CONN_RESET"
+    assert parsed.constraint == "-timeout"
+    assert prose_query("a - b") == "a - b"  # a dash between spaces is no inner hyphen
+
+
+def test_the_identifier_field_still_sees_the_whole_token() -> None:
+    # The identifiers come from the question as written, not from the prose text.
+    assert "il-2" in extract_identifiers("IL-2 signalling")
+    assert "76-85" in extract_identifiers("76-85% of people")
