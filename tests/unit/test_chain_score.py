@@ -186,3 +186,12 @@ def test_no_link_passes_the_best_seed_that_reaches_it(
         # Its passages: at most the link, whatever their relevance.
         assert chain_score(weight, 1.0) <= document_bound[doc] + 1e-9
     assert expansion.answers <= {doc for doc, _ in expansion.documents}
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0, 1.5])
+def test_a_graph_weight_outside_0_1_is_rejected(weight: float) -> None:
+    from retrieval_pipeline.errors import ConfigurationError
+    from retrieval_pipeline.graph.context import Context
+
+    with pytest.raises(ConfigurationError, match="graph_score_weight"):
+        Context(graph_score_weight=weight)
