@@ -337,6 +337,60 @@ def _fusion_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _fusion_splits_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    lines = [
+        "## Fusion chosen on dev, held out on test (`bench/fusion.py --select dev`)",
+        "",
+        f"The variant with the best mean nDCG@10 on the {result['select_split']} splits "
+        f"(`{result['chosen_on_all_dev']}`), reported on the {result['report_split']} "
+        "splits against RRF k = 60 over the same channel lists; then leave-one-dataset-"
+        "out: the variant best on the other sets' dev splits, on the held-out set's "
+        "test split. Splits as in `eval/datasets.py` (`reports/eval/splits.md`).",
+        "",
+        "| held-out set | chosen on | variant | test nDCG@10 | RRF k = 60 | Δ | p |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind, label in (
+        ("chosen_on_test", "every dev split"),
+        ("leave_one_dataset_out", "the other sets' dev"),
+    ):
+        for name, cell in result[kind].items():
+            lines.append(
+                f"| {name} | {label} | {cell['variant']} | {cell['test_ndcg@10']:.3f} "
+                f"| {cell['test_rrf_ndcg@10']:.3f} | {cell['delta_vs_rrf']:+.3f} "
+                f"| {cell['p_vs_rrf']:.3f} |"
+            )
+    return lines + [""]
+
+
+def _lexical_parity_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    keys = sorted(result)
+    systems = list(result[keys[0]]["ndcg@10"])
+    lines = [
+        "## Lexical parity with bm25s (`bench/lexical_parity.py`)",
+        "",
+        "nDCG@10 of our lexical channel and its variants against bm25s (Lucene BM25, "
+        "k1 1.5, b 0.75, Snowball English, English stop words) on dev splits; p from "
+        "a paired randomization test against bm25s. `ours-split-hyphens` is what "
+        "ships (the prose query reads inner hyphens as spaces).",
+        "",
+        "| set (split, queries) | " + " | ".join(systems) + " |",
+        "|---|" + "---|" * len(systems),
+    ]
+    for key in keys:
+        entry = result[key]
+        cells = [f"{entry['ndcg@10']['bm25s']:.4f}"] + [
+            f"{entry['ndcg@10'][s]:.4f} (p {entry['vs_bm25s'][s]['p']:.2f})"
+            for s in systems
+            if s != "bm25s"
+        ]
+        lines.append(
+            f"| {entry['dataset']} ({entry['split']}: {entry['split_source']}, "
+            f"{entry['queries']}) | " + " | ".join(cells) + " |"
+        )
+    return lines + [""]
+
+
 def _serve_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     o = result["overhead"]
     lines = [
@@ -907,6 +961,12 @@ def write_benchmarks_md() -> Path:
     fusion = RESULTS / "fusion.json"
     if fusion.exists():
         lines += _fusion_section(json.loads(fusion.read_text()))
+    fusion_splits = RESULTS / "fusion_splits.json"
+    if fusion_splits.exists():
+        lines += _fusion_splits_section(json.loads(fusion_splits.read_text()))
+    lexical_parity = RESULTS / "lexical_parity.json"
+    if lexical_parity.exists():
+        lines += _lexical_parity_section(json.loads(lexical_parity.read_text()))
     pipeline = RESULTS / "pipeline.json"
     if pipeline.exists():
         lines += _pipeline_section(json.loads(pipeline.read_text()))
