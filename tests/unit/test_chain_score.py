@@ -27,8 +27,14 @@ from retrieval_pipeline.tools.store.store import AccessScope
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from helpers import property_settings  # noqa: E402
 
-RELATION_TYPES = ("owns", "depends_on", "leads", "calls")
-QUESTIONS = ("", "Who owns the gateway?", "What does it depend on?", "lead time")
+RELATION_TYPES = ("owns", "depends_on", "leads", "calls", "links_to")
+QUESTIONS = (
+    "",
+    "Who owns the gateway?",
+    "What does it depend on?",
+    "lead time",
+    "which page links to it",
+)
 
 
 @given(
@@ -186,6 +192,8 @@ def test_no_link_passes_the_best_seed_that_reaches_it(
         # Its passages: at most the link, whatever their relevance.
         assert chain_score(weight, 1.0) <= document_bound[doc] + 1e-9
     assert expansion.answers <= {doc for doc, _ in expansion.documents}
+    if graph["question"] == "which page links to it":  # names only links_to
+        assert not expansion.answers  # a hyperlink is no fact a question asks for
 
 
 @pytest.mark.parametrize("weight", [0.0, -1.0, 1.5])
@@ -195,3 +203,10 @@ def test_a_graph_weight_outside_0_1_is_rejected(weight: float) -> None:
 
     with pytest.raises(ConfigurationError, match="graph_score_weight"):
         Context(graph_score_weight=weight)
+
+
+def test_structural_relations_name_the_site_link_relation() -> None:
+    from retrieval_pipeline.ingest.site import LINK_RELATION
+    from retrieval_pipeline.tools.store.graph import STRUCTURAL_RELATIONS
+
+    assert LINK_RELATION in STRUCTURAL_RELATIONS

@@ -110,11 +110,15 @@ def _own_page(mention: str) -> str:
 
 # A relation the question names (its type's words, stemmed, among the question's):
 # "who owns X" asks for the far end of an ``owns`` edge at X. One InitPlan per call.
+# Structural relations say nothing a question asks for: a site's hyperlinks
+# (ingest/site.py's LINK_RELATION) would otherwise answer every question with "link".
+STRUCTURAL_RELATIONS = ("links_to",)
 _ASKED = sql.SQL(
-    "(tsvector_to_array(to_tsvector('english'::regconfig,"
+    "(r.type <> ALL(ARRAY[{structural}]::text[]) AND"
+    " tsvector_to_array(to_tsvector('english'::regconfig,"
     " replace(coalesce(r.type, ''), '_', ' '))) && (SELECT"
     " tsvector_to_array(to_tsvector('english'::regconfig, %(question)s))))"
-)
+).format(structural=sql.SQL(", ").join(sql.Literal(t) for t in STRUCTURAL_RELATIONS))
 
 
 def _members(ids: str) -> sql.Composable:
