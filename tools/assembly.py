@@ -13,7 +13,9 @@ so the same pool always assembles to the same bytes.
 - A per-document chunk cap (``DOCUMENT_CHUNKS``) bounds how many passages of one
   source are chosen, so a top 10 holds more distinct sources: short chunks of one page
   pass the token share easily (ten 100-token chunks are a sixth of the budget), so
-  the share alone let one page take most slots (measured in bench/documents.py).
+  the share alone let one page take most slots (measured in bench/documents.py). The
+  cap is soft: when the pool has no other source left, capped passages fill the
+  remaining slots, so the context is never shorter because of it.
 - Selection stops at the token budget or the chunk cap; the output is ordered by
   relevance so the strongest evidence leads ("lost in the middle", Liu et al. 2024).
 """
@@ -154,6 +156,7 @@ def assemble(
     result = AssemblyResult([], 0)
     used_by_document: dict[str, int] = {}
     chunks_by_document: dict[str, int] = {}
+    capped: list[AssemblyItem] = []
     chosen: list[AssemblyItem] = []
     chosen_grams: list[frozenset[int]] = []
     # Lazy greedy MMR (Minoux 1978), exact: a candidate's redundancy (its max Jaccard
@@ -196,15 +199,31 @@ def assemble(
         # The first passage of a document always fits its share; later ones must.
         used = used_by_document.get(best.document_id, 0)
         passages = chunks_by_document.get(best.document_id, 0)
-        if (used and used + cost > per_document_cap) or (
-            document_chunks is not None and passages >= document_chunks
-        ):
+        if used and used + cost > per_document_cap:
             result.dropped_document_share.append(best.chunk_id)
+            continue
+        if document_chunks is not None and passages >= document_chunks:
+            capped.append(best)  # taken back below if slots are left over
             continue
         chosen.append(best)
         chosen_grams.append(grams.get(i) or _cached_shingles(best))
         used_by_document[best.document_id] = used + cost
         chunks_by_document[best.document_id] = passages + 1
+        result.tokens += cost
+    # The chunk cap makes room for other sources; it never shortens the context. If
+    # the pool runs out of other sources, capped passages fill the slots left, in the
+    # order MMR met them, still within the budget and the document's token share.
+    for extra in capped:
+        if len(chosen) >= max_chunks:
+            result.dropped_document_share.append(extra.chunk_id)
+            continue
+        cost = tokens[extra.chunk_id] = _cached_tokens(extra, counter)
+        used = used_by_document.get(extra.document_id, 0)
+        if result.tokens + cost > token_budget or used + cost > per_document_cap:
+            result.dropped_document_share.append(extra.chunk_id)
+            continue
+        chosen.append(extra)
+        used_by_document[extra.document_id] = used + cost
         result.tokens += cost
     # Front-load: strongest evidence first (MMR order only decided membership).
     chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))

@@ -134,11 +134,15 @@ class TestAssembly:
         assert [c for c in uncapped.selected if c.startswith("p")] == [
             f"p{i}" for i in range(8)
         ]
-        capped = assemble(items, CHARS, max_chunks=8, document_chunks=2)
+        capped = assemble(items, CHARS, max_chunks=6, document_chunks=2)
         assert [c for c in capped.selected if c.startswith("p")] == ["p0", "p1"]
         assert {"o0", "o1", "o2", "o3"} <= set(capped.selected)
         assert capped.selected[:2] == ["p0", "p1"]  # still strongest first
-        assert set(capped.dropped_document_share) >= {"p2", "p3"}
+        assert set(capped.dropped_document_share) >= {"p6", "p7"}
+        # With slots left over and no other source, capped passages fill them.
+        alone = [i for i in items if i.document_id == "pg"]
+        filled = assemble(alone, CHARS, max_chunks=5, document_chunks=1)
+        assert filled.selected == ["p0", "p1", "p2", "p3", "p4"]
 
     def test_the_pipeline_default_cap_is_valid(self) -> None:
         from retrieval_pipeline.tools import assembly
