@@ -836,6 +836,7 @@ def _documents_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+
 def _embedders_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     parts, goals = result["parts"], result["goals"]
     lines = [
@@ -933,16 +934,8 @@ def _embedders_section(result: dict) -> list[str]:  # type: ignore[type-arg]
                 f"{d['torch']['hybrid_ndcg@10']:.4f} | "
                 f"{d['hybrid_delta']:+.4f} | within {goals['ndcg_delta']} |"
             )
-        for name, d in c.get("quality", {}).items():
-            o, tt = d["onnx"], d["torch"]
-            lines.append(
-                f"| {name}: ingest embedding chunks/s ({o['chunks']} chunks) | "
-                f"{o['embed_chunks_per_s']:.1f} | {tt['embed_chunks_per_s']:.1f} | "
-                f"{o['embed_chunks_per_s'] / tt['embed_chunks_per_s']:.2f}x | |"
-            )
         lines.append("")
     return lines
-
 
 def write_benchmarks_md() -> Path:
     lines = [
