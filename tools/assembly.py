@@ -212,9 +212,11 @@ def assemble(
         result.tokens += cost
     # The chunk cap makes room for other sources; it never shortens the context. If
     # the pool runs out of other sources, capped passages fill the slots left, in the
-    # order MMR met them, still within the budget and the document's token share.
+    # order MMR met them, still within the budget and the document's token share,
+    # and are placed after the other sources (a caller's limit cuts them first).
+    fill: list[AssemblyItem] = []
     for extra in capped:
-        if len(chosen) >= max_chunks:
+        if len(chosen) + len(fill) >= max_chunks:
             result.dropped_document_share.append(extra.chunk_id)
             continue
         cost = tokens[extra.chunk_id] = _cached_tokens(extra, counter)
@@ -222,11 +224,14 @@ def assemble(
         if result.tokens + cost > token_budget or used + cost > per_document_cap:
             result.dropped_document_share.append(extra.chunk_id)
             continue
-        chosen.append(extra)
+        fill.append(extra)
         used_by_document[extra.document_id] = used + cost
         result.tokens += cost
-    # Front-load: strongest evidence first (MMR order only decided membership).
+    # Front-load: strongest evidence first (MMR order only decided membership); the
+    # fill passages come after every other source's, strongest first among them.
     chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))
+    fill.sort(key=lambda i: (-i.relevance, i.chunk_id))
+    chosen += fill
     result.selected = [item.chunk_id for item in chosen]
     result.token_counts = {item.chunk_id: tokens[item.chunk_id] for item in chosen}
     return result

@@ -143,6 +143,9 @@ class TestAssembly:
         alone = [i for i in items if i.document_id == "pg"]
         filled = assemble(alone, CHARS, max_chunks=5, document_chunks=1)
         assert filled.selected == ["p0", "p1", "p2", "p3", "p4"]
+        # Fill passages come after every other source's, even stronger ones.
+        mixed = assemble(items, CHARS, max_chunks=7, document_chunks=1)
+        assert mixed.selected == ["p0", "o0", "o1", "o2", "o3", "p1", "p2"]
 
     def test_the_pipeline_default_cap_is_valid(self) -> None:
         from retrieval_pipeline.tools import assembly
