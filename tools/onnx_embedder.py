@@ -32,6 +32,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from langchain_core.embeddings import Embeddings
+
 from retrieval_pipeline.errors import ConfigurationError
 
 # Bump when the exported graph changes (inputs, outputs, pooling, opset).
@@ -225,7 +227,7 @@ def ensure_quantized(directory: Path) -> Path:
     return target
 
 
-class OnnxMiniLM:
+class OnnxMiniLM(Embeddings):
     """A LangChain-compatible ``Embeddings`` (embed_documents / embed_query)."""
 
     def __init__(
