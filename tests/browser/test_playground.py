@@ -101,17 +101,20 @@ def test_playground_renders_its_form_and_shows_chunks(
         start.click()
         first = expected[0]
         body = _wait(
+            # The output streams in: the chunk id shows up in the debug scores
+            # before the chunk itself, so wait for the chunk's source as well.
             lambda: (
                 text
                 if first["chunk_id"]
                 in (text := browser.find_element(By.TAG_NAME, "body").text)
+                and first["source_uri"] in text
                 else None
             ),
             120,
             "the playground showed no chunks",
             browser,
         )
-        assert first["source_uri"] in body
+        assert first["source_uri"] in body, body[-3000:]
         assert _problems(browser.get_log("browser")) == []
 
 
