@@ -42,7 +42,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 DOCUMENT_CHUNKS: int | None = 1
 """Most passages of one document in a context; None: only the token share applies.
 Chosen on the python3-doc dev split (bench/documents.py, BENCHMARKS.md): page-level
-nDCG@10 0.865 with 1, 0.846 with 2, 0.844 with 3, 0.829 without a cap."""
+nDCG@10 0.870 with 1, 0.851 with 2, 0.849 with 3, 0.835 without a cap."""
 
 
 def shingles(text: str, size: int = SHINGLE_SIZE) -> frozenset[int]:
