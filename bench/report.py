@@ -836,7 +836,6 @@ def _documents_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
-
 def _embedders_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     parts, goals = result["parts"], result["goals"]
     lines = [
@@ -936,6 +935,7 @@ def _embedders_section(result: dict) -> list[str]:  # type: ignore[type-arg]
             )
         lines.append("")
     return lines
+
 
 def write_benchmarks_md() -> Path:
     lines = [
