@@ -35,6 +35,7 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -365,7 +366,6 @@ def main() -> int:
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import retrieval_pipeline.ingest.job as job
-    import retrieval_pipeline.tools.assembly as assembly
     from retrieval_pipeline.eval.metrics import evaluate
     from retrieval_pipeline.eval.stats import bootstrap_ci, paired_test
     from retrieval_pipeline.graph.builder import build_pipeline
@@ -452,7 +452,7 @@ def main() -> int:
             )
             distinct: dict[str, dict[str, float]] = {}
             added: dict[str, dict[str, int]] = {}
-            shipped_cap = assembly.DOCUMENT_CHUNKS
+            shipped_cap = Context().document_chunks or None
             # The store holds the link relations; it has no other entities, so graph
             # fusion off is exactly an ingest with site_links=False.
             linked, unlinked = Context(), Context(graph_fusion=False)
@@ -472,13 +472,9 @@ def main() -> int:
                         (f"pipeline, chunks/page {cap or 'no cap'}", shipped, cap)
                     )
             for name, context, cap in variants:
-                assembly.DOCUMENT_CHUNKS = cap
-                try:
-                    runs[name], distinct[name], added[name] = run_pipeline(
-                        graph, questions, context
-                    )
-                finally:
-                    assembly.DOCUMENT_CHUNKS = shipped_cap
+                runs[name], distinct[name], added[name] = run_pipeline(
+                    graph, questions, replace(context, document_chunks=cap or 0)
+                )
             splits: dict[str, Any] = {}
             for split in ("dev", "test"):
                 qids = sorted(q["id"] for q in questions if q.get("split") == split)

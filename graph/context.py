@@ -58,6 +58,11 @@ SHINGLE_SIZE = 3  # word 3-shingles: robust to small edits, cheap to compute.
 DOCUMENT_SHARE = (
     0.5  # one document may fill at most half the budget (spec: group by source).
 )
+# Most passages of one document in a context (a soft cap: a document's further
+# passages fill the slots no other source can, after every other source's). Chosen on
+# the python3-doc dev split (bench/documents.py, BENCHMARKS.md): page-level nDCG@10
+# 0.870 with 1, 0.851 with 2, 0.849 with 3, 0.835 without a cap. 0 turns it off.
+DOCUMENT_CHUNKS = 1
 MAX_SUB_QUERIES = 3  # spec: up to three sub-queries for a bounded multi-query union.
 
 # --- stage behaviour ----------------------------------------------------------------
@@ -115,6 +120,8 @@ class Context:
     mmr_lambda: float = MMR_LAMBDA
     duplicate_jaccard: float = DUPLICATE_JACCARD
     document_share: float = DOCUMENT_SHARE
+    document_chunks: int = DOCUMENT_CHUNKS
+    """Most passages of one document (soft cap, see assembly); 0: no cap."""
     rerank_deadline_s: float = RERANK_DEADLINE_S
     judge_deadline_s: float = JUDGE_DEADLINE_S
     embed_deadline_s: float = EMBED_DEADLINE_S
@@ -142,6 +149,10 @@ class Context:
             raise ConfigurationError("embed_deadline_s must be in (0, 60] seconds")
         if not 1 <= self.max_chunks <= MAX_LIMIT:
             raise ConfigurationError(f"max_chunks must be 1..{MAX_LIMIT}")
+        if not 0 <= self.document_chunks <= MAX_LIMIT:
+            raise ConfigurationError(
+                f"document_chunks must be 0..{MAX_LIMIT} (0: no per-document cap)"
+            )
         for name in (
             "graph_seeds",
             "top_entities",

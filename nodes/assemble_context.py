@@ -11,7 +11,6 @@ from retrieval_pipeline.graph.context import DEFAULT_LIMIT
 from retrieval_pipeline.graph.resources import PipelineResources
 from retrieval_pipeline.graph.state import Candidate, PipelineState
 from retrieval_pipeline.nodes._common import access_scope, context_of, stage_timer
-from retrieval_pipeline.tools import assembly as assembly_settings
 from retrieval_pipeline.tools.assembly import AssemblyItem, assemble
 
 
@@ -79,7 +78,7 @@ def make_assemble_context(
                 mmr_lambda=ctx.mmr_lambda,
                 duplicate_jaccard=ctx.duplicate_jaccard,
                 document_share=ctx.document_share,
-                document_chunks=assembly_settings.DOCUMENT_CHUNKS,
+                document_chunks=ctx.document_chunks or None,
             )
         by_id = {c["chunk_id"]: c for c in ranked}
         limit = state.get("limit", DEFAULT_LIMIT)

@@ -10,7 +10,7 @@ so the same pool always assembles to the same bytes.
 - A chunk with Jaccard >= 0.9 to an already-selected chunk is dropped outright.
 - A per-document share of the budget keeps one long document from crowding out
   independent evidence (spec: context construction, "group passages by source").
-- A per-document chunk cap (``DOCUMENT_CHUNKS``) bounds how many passages of one
+- A per-document chunk cap (``Context.document_chunks``) bounds how many passages of one
   source are chosen, so a top 10 holds more distinct sources: short chunks of one page
   pass the token share easily (ten 100-token chunks are a sixth of the budget), so
   the share alone let one page take most slots (measured in bench/documents.py). The
@@ -38,11 +38,6 @@ from retrieval_pipeline.graph.context import (
 from retrieval_pipeline.tools.tokens import TokenCounter
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-
-DOCUMENT_CHUNKS: int | None = 1
-"""Most passages of one document in a context; None: only the token share applies.
-Chosen on the python3-doc dev split (bench/documents.py, BENCHMARKS.md): page-level
-nDCG@10 0.870 with 1, 0.851 with 2, 0.849 with 3, 0.835 without a cap."""
 
 
 def shingles(text: str, size: int = SHINGLE_SIZE) -> frozenset[int]:

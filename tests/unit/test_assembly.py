@@ -148,10 +148,14 @@ class TestAssembly:
         assert mixed.selected == ["p0", "o0", "o1", "o2", "o3", "p1", "p2"]
 
     def test_the_pipeline_default_cap_is_valid(self) -> None:
-        from retrieval_pipeline.tools import assembly
+        from retrieval_pipeline.errors import ConfigurationError
+        from retrieval_pipeline.graph.context import DOCUMENT_CHUNKS, Context
 
-        cap = assembly.DOCUMENT_CHUNKS
-        assert cap is None or cap >= 1
+        assert Context().document_chunks == DOCUMENT_CHUNKS >= 0
+        assert Context(document_chunks=0).document_chunks == 0  # 0: no cap
+        for bad in (-1, 10_000):
+            with pytest.raises(ConfigurationError, match="document_chunks"):
+                Context(document_chunks=bad)
         with pytest.raises(ValueError, match="document_chunks"):
             assemble([item("a", "x", 1.0)], CHARS, document_chunks=0)
 
