@@ -77,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ingest = sub.add_parser("ingest", help="ingest markdown, text, HTML or BEIR JSONL")
+    ingest = sub.add_parser(
+        "ingest", help="ingest markdown, text, HTML, PDF, DOCX or BEIR JSONL"
+    )
     ingest.add_argument("paths", nargs="*", type=Path, help="files or directories")
     ingest.add_argument(
         "--from-langchain-postgres",
@@ -106,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--prune",
         action="store_true",
         help="delete stored documents under the given directories that no longer exist",
+    )
+    ingest.add_argument(
+        "--no-site-links",
+        dest="site_links",
+        action="store_false",
+        help="do not turn links between the ingested pages (HTML <a href>, markdown "
+        "links) into graph relations (on by default)",
     )
     ingest.add_argument(
         "--embeddings",
@@ -354,6 +363,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
                 principals=args.principals,
                 title_entities=args.title_entities,
                 prune=args.prune,
+                site_links=args.site_links,
             )
     if args.json:
         _print_json(summary.to_dict())

@@ -111,3 +111,20 @@ def test_site_links_off_writes_no_relations(
     with retriever.store.connection() as conn:
         count = conn.execute("SELECT count(*) FROM relations").fetchone()
     assert count is not None and count[0] == 0
+
+
+def test_cli_no_site_links_flag(store: object, tmp_path: Path) -> None:
+    from retrieval_pipeline.cli import main
+
+    def relations() -> int:
+        with store.connection() as conn:  # type: ignore[attr-defined]
+            row = conn.execute("SELECT count(*) FROM relations").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    make_site(tmp_path / "off")
+    assert main(["ingest", str(tmp_path / "off"), "--no-site-links", "--json"]) == 0
+    assert relations() == 0
+    make_site(tmp_path / "on")
+    assert main(["ingest", str(tmp_path / "on"), "--json"]) == 0
+    assert relations() > 0
