@@ -69,12 +69,23 @@ class TestProviderFaults:
     def test_reranker_faults_fall_back_to_fused_order_within_the_deadline(
         self, retriever: Retriever, corpus: None, provider: type, mode: str
     ) -> None:
+        # The baseline runs the all-inactive path, the bare retrieve with no
+        # assembler; the per-document passage cap is an assembly policy, so both
+        # runs leave it off and the fallback must give exactly the fused order.
         context = Context(
-            graph_fusion=False, candidate_pool=10, rerank_deadline_s=DEADLINE_S
+            graph_fusion=False,
+            candidate_pool=10,
+            rerank_deadline_s=DEADLINE_S,
+            document_chunks=0,
         )
         fused, baseline_s = _timed(
             build_pipeline(PipelineResources(retriever=retriever)),
-            Context(graph_fusion=False, candidate_pool=10, reranker="none"),
+            Context(
+                graph_fusion=False,
+                candidate_pool=10,
+                reranker="none",
+                document_chunks=0,
+            ),
         )
         with rerank_peer(PeerBehaviour(mode=mode, delay_s=FAULT_S)) as (url, peer):
             reranker = provider(api_key=SECRET, base_url=url)
@@ -105,12 +116,21 @@ class TestProviderFaults:
     ) -> None:
         """The real ChatOpenAI, resolved from the environment, against a local
         OpenAI-compatible peer."""
+        # As above: the baseline is the bare retrieve, so the cap is off in both.
         context = Context(
-            graph_fusion=False, reranker="none", judge_deadline_s=DEADLINE_S
+            graph_fusion=False,
+            reranker="none",
+            judge_deadline_s=DEADLINE_S,
+            document_chunks=0,
         )
         without, baseline_s = _timed(
             build_pipeline(PipelineResources(retriever=retriever)),
-            Context(graph_fusion=False, reranker="none", candidate_pool=40),
+            Context(
+                graph_fusion=False,
+                reranker="none",
+                candidate_pool=40,
+                document_chunks=0,
+            ),
         )
         peer_mode = "ok" if mode == "bad_answer" else mode
         answer = {"rewrite": 7, "sub_queries": "not a list"}
