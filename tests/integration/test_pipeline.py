@@ -214,7 +214,12 @@ class TestUnderstanding:
     def test_soft_filters_boost_but_never_exclude(
         self, retriever: Retriever, corpus: None
     ) -> None:
-        context = Context(graph_fusion=False, reranker="none", candidate_pool=40)
+        # Positions are compared over every passage, so the per-document cap is
+        # off: with it the runbook keeps one passage and the first service page is
+        # second before any boost, leaving the boost nothing to move.
+        context = Context(
+            graph_fusion=False, reranker="none", candidate_pool=40, document_chunks=0
+        )
         plain = pipeline(
             retriever,
             judge=ScriptedJudge(
