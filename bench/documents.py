@@ -321,6 +321,10 @@ def run_pipeline(
         distinct[q["id"]] = len(set(pages))
         debug = output.get("retrieval_debug") or {}
         graph_added[q["id"]] = int(debug.get("graph_added", 0) or 0)
+        for record in debug.get("fallbacks") or []:
+            # A late query embedding (a loaded machine) drops the dense channel;
+            # the quality figures are only comparable without such fallbacks.
+            print(f"fallback on {q['id']}: {record}", file=sys.stderr)
     return run, distinct, graph_added
 
 
