@@ -210,3 +210,10 @@ def test_structural_relations_name_the_site_link_relation() -> None:
     from retrieval_pipeline.tools.store.graph import STRUCTURAL_RELATIONS
 
     assert LINK_RELATION in STRUCTURAL_RELATIONS
+
+
+def test_the_untyped_default_relation_is_never_named_by_a_question() -> None:
+    from retrieval_pipeline.tools.store.graph import STRUCTURAL_RELATIONS
+    from retrieval_pipeline.tools.store.records import RelationSpec
+
+    assert RelationSpec("a", "b").type in STRUCTURAL_RELATIONS

@@ -111,8 +111,9 @@ def _own_page(mention: str) -> str:
 # A relation the question names (its type's words, stemmed, among the question's):
 # "who owns X" asks for the far end of an ``owns`` edge at X. One InitPlan per call.
 # Structural relations say nothing a question asks for: a site's hyperlinks
-# (ingest/site.py's LINK_RELATION) would otherwise answer every question with "link".
-STRUCTURAL_RELATIONS = ("links_to",)
+# (ingest/site.py's LINK_RELATION) would otherwise answer every question with "link",
+# and the untyped default ``related_to`` every question with "related".
+STRUCTURAL_RELATIONS = ("links_to", "related_to")
 _ASKED = sql.SQL(
     "(r.type <> ALL(ARRAY[{structural}]::text[]) AND"
     " tsvector_to_array(to_tsvector('english'::regconfig,"
