@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from quality import RRF_K, DenseExact, _rrf  # noqa: E402
+from quality import RRF_K, DenseExact, _bm25s_runs, _rrf  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = Path("/usr/share/doc/python3/html")
@@ -51,7 +51,6 @@ HOME = REPO / "bench" / ".cache" / "documents-home"
 QUESTIONS = REPO / "bench" / "data" / "python3doc" / "questions.jsonl"
 RESULTS = REPO / "bench" / "results" / "documents.json"
 LIMIT = 10
-DEPTH = 100
 # Text of python3-doc's chrome (the related bars, sidebar and footer of every page):
 # a chunk holding any of these carries navigation, not content.
 CHROME_MARKERS = (
@@ -253,28 +252,6 @@ def load_questions() -> list[dict[str, Any]]:
     return [r for r in rows if r.get("relevant")]
 
 
-def bm25s_pages(
-    ids: list[str], texts: list[str], queries: dict[str, str]
-) -> dict[str, list[str]]:
-    import bm25s
-    import Stemmer
-
-    stemmer = Stemmer.Stemmer("english")
-    retriever = bm25s.BM25()
-    retriever.index(
-        bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False),
-        show_progress=False,
-    )
-    qids = sorted(queries)
-    tokens = bm25s.tokenize(
-        [queries[q] for q in qids], stopwords="en", stemmer=stemmer, show_progress=False
-    )
-    docs, _ = retriever.retrieve(
-        tokens, k=min(DEPTH, len(ids)), show_progress=False, n_threads=1
-    )
-    return {q: [ids[int(i)] for i in docs[n]] for n, q in enumerate(qids)}
-
-
 def chrome_chunks(store: Any) -> dict[str, Any]:
     with store.connection() as conn:
         rows = conn.execute("SELECT source_id, content FROM chunks").fetchall()
@@ -446,7 +423,7 @@ def main() -> int:
             runs["dense max-passage"] = {
                 q: exact.search(embedder.embed_query(t)) for q, t in queries.items()
             }
-            runs["bm25s"] = bm25s_pages(ids, texts, queries)
+            runs["bm25s"] = _bm25s_runs(ids, texts, queries)
             runs["rrf(bm25s, dense)"] = {
                 q: _rrf([runs["bm25s"][q], runs["dense max-passage"][q]], RRF_K)
                 for q in queries

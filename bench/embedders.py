@@ -32,13 +32,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the protocol peers live with the tests
-SHARED = REPO.parent / "shared" / "data"
-DATASETS = {
-    "scifact": SHARED / "scifact",
-    "nfcorpus": SHARED / "nfcorpus",
-    "hotpotqa": SHARED / "multihop" / "hotpotqa",
-    "musique": SHARED / "multihop" / "musique",
-}
+from quality import DATASETS  # noqa: E402 (the four shared sets, one list)
+
 CACHE_HOME = REPO / "bench" / ".cache" / "embedders"
 RESULTS = REPO / "bench" / "results" / "embedders.json"
 PEER_DELAY_S = 0.2
