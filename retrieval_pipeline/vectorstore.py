@@ -69,6 +69,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from retrieval_pipeline.errors import (
     DimensionMismatchError,
     InvalidQueryError,
+    RecordRejectedError,
     WriteConflictError,
 )
 from retrieval_pipeline.ingest.job import Ingestor
@@ -216,10 +217,11 @@ class _CheckedWrites:
 
         try:
             self._store.write_documents_checked(docs, self._scope, check)
-        except psycopg.errors.UniqueViolation:
+        except RecordRejectedError as exc:
             # A concurrent writer created one of these ids after our check. In a
             # batch, re-raise: the ingestor then writes one by one to find which.
-            if len(docs) > 1:
+            duplicate = isinstance(exc.__cause__, psycopg.errors.UniqueViolation)
+            if len(docs) > 1 or not duplicate:
                 raise
             raise _unavailable(docs[0].source_id) from None
 
@@ -285,7 +287,9 @@ class PipelineVectorStore(VectorStore):
         metadatas = metadatas or [{} for _ in texts]
         ids = [i or str(uuid.uuid4()) for i in (ids or [""] * len(texts))]
         if not len(texts) == len(metadatas) == len(ids):
-            raise ValueError("texts, metadatas and ids must have the same length")
+            raise InvalidQueryError(
+                "texts, metadatas and ids must have the same length"
+            )
         if len(set(ids)) < len(ids):
             raise InvalidQueryError("add_texts got the same id twice")
         for text, metadata in zip(texts, metadatas, strict=True):
@@ -337,7 +341,9 @@ class PipelineVectorStore(VectorStore):
         as missing (``False``), exactly like an id that was never stored.
         """
         if ids is None:
-            raise ValueError("delete needs ids (deleting everything is not supported)")
+            raise InvalidQueryError(
+                "delete needs ids (deleting everything is not supported)"
+            )
         keys = self._keys(ids)
         deleted = set(self.store.delete_visible_documents(keys, self._scope(None)))
         return all(key in deleted for key in keys)

@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from retrieval_pipeline.errors import ConfigurationError
 from retrieval_pipeline.graph.context import (
     DOCUMENT_SHARE,
     DUPLICATE_JACCARD,
@@ -131,11 +132,15 @@ def assemble(
     pipeline passes :data:`DOCUMENT_CHUNKS`.
     """
     if token_budget < 1 or max_chunks < 1:
-        raise ValueError("token_budget and max_chunks must be positive")
+        raise ConfigurationError("token_budget and max_chunks must be positive")
     if document_chunks is not None and document_chunks < 1:
-        raise ValueError("document_chunks must be positive (or None for no cap)")
+        raise ConfigurationError(
+            "document_chunks must be positive (or None for no cap)"
+        )
     if not 0.0 <= mmr_lambda <= 1.0 or not 0.0 < duplicate_jaccard <= 1.0:
-        raise ValueError("mmr_lambda must be in [0, 1] and duplicate_jaccard in (0, 1]")
+        raise ConfigurationError(
+            "mmr_lambda must be in [0, 1] and duplicate_jaccard in (0, 1]"
+        )
     if not items:
         return AssemblyResult([], 0)
     # Scale by the best score so relevance and Jaccard share [0, 1] while keeping

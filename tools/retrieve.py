@@ -9,14 +9,13 @@ channel's SQL, before any ranking.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from retrieval_pipeline.errors import InvalidQueryError
+from retrieval_pipeline.errors import ConfigurationError
 from retrieval_pipeline.graph.context import (
     BM25_B,
     BM25_K1,
@@ -26,8 +25,6 @@ from retrieval_pipeline.graph.context import (
     FUSION,
     FUSIONS,
     HNSW_EF_SEARCH,
-    MAX_LIMIT,
-    MAX_QUERY_CHARS,
     RRF_K,
 )
 from retrieval_pipeline.ingest.chunker import extract_identifiers
@@ -35,6 +32,22 @@ from retrieval_pipeline.tools.embeddings import (
     Embedder,
     EmbeddingUnavailable,
     resolve_embedder,
+)
+
+# Query handling and fusion live in their own modules; re-exported here, where
+# callers have always imported them from.
+from retrieval_pipeline.tools.fusion import (
+    convex_fusion,
+    fuse,
+    reciprocal_rank_fusion,
+)
+from retrieval_pipeline.tools.query import (
+    WebQuery,
+    check_limit,
+    check_scope_values,
+    clean_query,
+    parse_websearch,
+    prose_query,
 )
 from retrieval_pipeline.tools.store.records import RetrievedChunk, document_key
 from retrieval_pipeline.tools.store.store import (
@@ -44,216 +57,26 @@ from retrieval_pipeline.tools.store.store import (
     open_store,
 )
 
+__all__ = [
+    "CHANNELS",
+    "RetrievalTrace",
+    "Retriever",
+    "WebQuery",
+    "check_limit",
+    "check_scope_values",
+    "clean_query",
+    "convex_fusion",
+    "default_retriever",
+    "fuse",
+    "parse_websearch",
+    "prose_query",
+    "reciprocal_rank_fusion",
+    "retrieve",
+]
+
 logger = logging.getLogger(__name__)
 
 CHANNELS = ("lexical", "dense")
-
-
-def clean_query(question: object) -> str:
-    """Validate and normalise a query; raise :class:`InvalidQueryError` with the fix."""
-    if not isinstance(question, str):
-        raise InvalidQueryError(
-            f"the question must be a string, not {type(question).__name__}"
-        )
-    # PostgreSQL text cannot hold NUL, and lone surrogates cannot be encoded as UTF-8.
-    text = question.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
-    text = text.strip()
-    if not text:
-        raise InvalidQueryError("the question is empty; ask something in words")
-    if len(text) > MAX_QUERY_CHARS:
-        raise InvalidQueryError(
-            f"the question is {len(text):,} characters; the limit is "
-            f"{MAX_QUERY_CHARS:,}. "
-            "Shorten it to the information need, or retrieve per passage."
-        )
-    return text
-
-
-@dataclass(frozen=True)
-class WebQuery:
-    """A query split into ranking text, phrases to favour and exclusions."""
-
-    text: str  # what BM25 and the embedder see: exclusions removed, quotes dropped
-    phrases: str | None  # quoted phrases ('"a b" "c d"'): matching chunks rank first
-    constraint: str | None  # -exclusions: no result of any channel may match them
-
-
-_PHRASE = re.compile(r'(?<![\w-])"([^"]+)"')
-# An exclusion is one or more dashes before a term that is not itself dashes: a run
-# of dashes is punctuation, not nested negations (websearch_to_tsquery overflows its
-# stack on a few dozen of them).
-_EXCLUSION = re.compile(r'(?<!\S)-+("[^"]*\w[^"]*"|[^\s"\-][^\s"]*)')
-
-
-def parse_websearch(query: str) -> WebQuery:
-    """Read web-search syntax as ``websearch_to_tsquery`` does, softened for questions.
-
-    ``-term`` and ``-"phrase"`` exclude, in every channel. ``"quoted phrases"`` rank
-    the chunks that contain them first in the lexical channel but exclude nothing:
-    questions quote titles, and in multi-hop questions the second passage does not
-    repeat the quoted title (a hard phrase filter cost 0.03 nDCG@10 on HotpotQA).
-    ``OR`` needs nothing: candidates are already an OR over the terms.
-    """
-    exclusions = [m.group(1) for m in _EXCLUSION.finditer(query)]
-    remaining = _EXCLUSION.sub(" ", query)
-    phrases = [
-        m.group(1).strip()
-        for m in _PHRASE.finditer(remaining)
-        if re.search(r"\w", m.group(1))
-    ]
-    text = (
-        " ".join(remaining.replace('"', " ").split()) or query.replace('"', " ").strip()
-    )
-    return WebQuery(
-        text=text,
-        phrases=" ".join(f'"{p}"' for p in phrases) or None,
-        constraint=" ".join(f"-{e}" for e in exclusions) or None,
-    )
-
-
-# PostgreSQL's parser reads "AMP-activated" as the compound "amp-activ" beside its
-# parts, and the "-85" of "76-85" as a signed number. Left in a query, a compound is
-# one more rare term that only the very same spelling matches (so it outweighs the
-# words themselves), and "-85" never meets the "85" of another writing. bm25s and
-# Lucene split at hyphens; so does the prose field's query (issue 18: SciFact dev
-# nDCG@10 0.6998 -> 0.7078 for the lexical channel; bench/lexical_parity.py). The
-# identifier field still matches the whole token (IL-2, 76-85, ERR-CONN-RESET).
-_INNER_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
-
-
-def prose_query(text: str) -> str:
-    """The lexical channel's prose text: inner hyphens read as spaces."""
-    return _INNER_HYPHEN.sub(" ", text)
-
-
-def check_scope_values(
-    principals: object = (), tenant: object = None, doc_ids: object = None
-) -> None:
-    """Reject access values no stored row can hold, with a clear error.
-
-    NUL bytes, unpaired surrogates and non-text would otherwise fail in the database.
-    """
-
-    def bad(value: object) -> bool:
-        if not isinstance(value, str):
-            return True
-        if "\x00" in value:
-            return True
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-
-    if principals is None:
-        raise InvalidQueryError(
-            "principals must be a list of strings; pass [] for public documents only"
-        )
-    for name, values in (("principals", principals), ("doc_ids", doc_ids)):
-        if values is None:
-            continue
-        if isinstance(values, str) or not isinstance(
-            values, list | tuple | set | frozenset
-        ):
-            raise InvalidQueryError(f"{name} must be a list of strings")
-        if any(bad(v) for v in values):
-            raise InvalidQueryError(
-                f"{name} must be strings without NUL bytes or unpaired surrogates"
-            )
-    if tenant is not None and bad(tenant):
-        raise InvalidQueryError(
-            "tenant must be a string without NUL bytes or unpaired surrogates"
-        )
-
-
-def check_limit(limit: object) -> int:
-    """Validate an answer budget (number of chunks)."""
-    if (
-        isinstance(limit, bool)
-        or not isinstance(limit, int)
-        or not 1 <= limit <= MAX_LIMIT
-    ):
-        raise InvalidQueryError(
-            f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}"
-        )
-    return limit
-
-
-def reciprocal_rank_fusion(
-    ranked: Mapping[str, Sequence[str]],
-    *,
-    k: int = RRF_K,
-    weights: Mapping[str, float] | None = None,
-) -> list[tuple[str, float]]:
-    """Fuse ranked id lists: ``sum_r w_r / (k + rank_r)`` with 1-based ranks.
-
-    Cormack, Clarke & Buettcher (SIGIR 2009). Ties break by id, so the order is
-    deterministic.
-    """
-    scores: dict[str, float] = {}
-    for channel, ids in ranked.items():
-        weight = 1.0 if weights is None else float(weights.get(channel, 1.0))
-        for rank, item in enumerate(ids, start=1):
-            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def convex_fusion(
-    scored: Mapping[str, Sequence[tuple[str, float]]],
-    *,
-    weights: Mapping[str, float] | None = None,
-) -> list[tuple[str, float]]:
-    """Weighted mean of min-max normalised channel scores; absent from a channel = 0.
-
-    Convex combination (Bruch, Gai & Ingber 2023, "An Analysis of Fusion Functions for
-    Hybrid Retrieval"): unlike RRF it keeps how far apart two candidates are in each
-    channel. Normalisation is over each channel's returned list; equal weights are
-    the parameter-free default. Scores land in [0, 1]; ties break by id.
-    """
-    total = 0.0
-    fused: dict[str, float] = {}
-    for channel, hits in scored.items():
-        weight = 1.0 if weights is None else float(weights.get(channel, 1.0))
-        total += weight
-        if not hits:
-            continue
-        values = [score for _, score in hits]
-        low, span = min(values), (max(values) - min(values))
-        for item, score in hits:
-            normalised = (score - low) / span if span > 0 else 1.0
-            fused[item] = fused.get(item, 0.0) + weight * normalised
-    total = total or 1.0
-    return sorted(
-        ((i, s / total) for i, s in fused.items()), key=lambda kv: (-kv[1], kv[0])
-    )
-
-
-def fuse(
-    scored: Mapping[str, Sequence[tuple[str, float]]],
-    *,
-    method: str = FUSION,
-    k: int = RRF_K,
-    weights: Mapping[str, float] | None = None,
-) -> list[tuple[str, float]]:
-    """Fuse channel lists with ``convex`` or ``rrf``; scores in [0, 1] either way.
-
-    RRF scores are divided by the best a candidate can reach (rank 1 in every
-    channel), so lists fused from different numbers of channels compare like with like.
-    """
-    match method:
-        case "convex":
-            return convex_fusion(scored, weights=weights)
-        case "rrf":
-            ranked = {c: [i for i, _ in hits] for c, hits in scored.items()}
-            best = sum(
-                1.0 if weights is None else float(weights.get(c, 1.0)) for c in scored
-            ) / (k + 1)
-            return [
-                (i, s / best)
-                for i, s in reciprocal_rank_fusion(ranked, k=k, weights=weights)
-            ]
-        case _:
-            raise ValueError(f"unknown fusion '{method}'; choose one of: {FUSIONS}")
 
 
 @dataclass
@@ -291,12 +114,14 @@ class Retriever:
         lexical_exhaustive_postings: int | None = LEXICAL_EXHAUSTIVE_POSTINGS,
     ) -> None:
         if fusion not in FUSIONS:
-            raise ValueError(f"unknown fusion '{fusion}'; choose one of: {FUSIONS}")
+            raise ConfigurationError(
+                f"unknown fusion '{fusion}'; choose one of: {FUSIONS}"
+            )
         if rrf_k < 1 or depth < 1:
-            raise ValueError("rrf_k and depth must be positive")
+            raise ConfigurationError("rrf_k and depth must be positive")
         unknown = set(weights or {}) - set(CHANNELS)
         if unknown:
-            raise ValueError(
+            raise ConfigurationError(
                 f"unknown channel weights {sorted(unknown)}; valid: {CHANNELS}"
             )
         self.store = store
@@ -440,7 +265,9 @@ class Retriever:
         """
         unknown = set(channels) - set(CHANNELS)
         if unknown or not channels:
-            raise ValueError(f"channels must be a non-empty subset of {CHANNELS}")
+            raise ConfigurationError(
+                f"channels must be a non-empty subset of {CHANNELS}"
+            )
         trace = trace if trace is not None else RetrievalTrace()
         depth = depth or self.depth
         ranked = self.channels(

@@ -4,7 +4,8 @@ One protocol, :class:`Reranker`; :func:`resolve_reranker` picks an implementatio
 name. ``auto`` prefers Voyage when ``VOYAGE_API_KEY`` is set, then Cohere when
 ``COHERE_API_KEY`` is set, then a configured ONNX model, else ``none``. A missing key
 or dependency resolves to ``none`` and the stage reports itself inactive; an unknown
-name is a ``ValueError`` listing the valid choices.
+name is a :class:`~retrieval_pipeline.errors.ConfigurationError` (a ``ValueError``)
+listing the valid choices.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from retrieval_pipeline.errors import ConfigurationError
 from retrieval_pipeline.tools.deadline import DeadlineExceeded, call_with_deadline
 from retrieval_pipeline.tools.rerankers import RerankError, RerankScore
 
@@ -31,7 +32,7 @@ class _HttpReranker:
 
     def __init__(self, *, api_key: str, model: str, base_url: str) -> None:
         if not api_key:
-            raise ValueError(f"{self.provider} reranking needs an API key")
+            raise ConfigurationError(f"{self.provider} reranking needs an API key")
         self._api_key = api_key
         self.model = model
         self.base_url = base_url.rstrip("/")
