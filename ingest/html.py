@@ -177,7 +177,19 @@ _BLOCKS = frozenset(
     }
 )
 _NAV_RELS = frozenset(
-    {"prev", "previous", "next", "up", "home", "start", "first", "last", "index"}
+    {
+        "prev",
+        "previous",
+        "next",
+        "up",
+        "home",
+        "start",
+        "first",
+        "last",
+        "index",
+        "contents",
+        "toc",
+    }
 )
 MAX_DEPTH = 160  # deeper markup is read as flat text (hostile or broken pages)
 CODE_PART_CHARS = 700  # a fenced part of a long listing (~200 tokens of code)
@@ -244,17 +256,37 @@ def _is_chrome(node: LexborNode) -> bool:
     return False
 
 
-def _nav_link_block(node: LexborNode) -> bool:
-    """A block whose links are prev/next/up/home navigation (rel or accesskey)."""
+def _nav_link_block(node: LexborNode, targets: frozenset[str] = frozenset()) -> bool:
+    """A block whose links are prev/next/up/home navigation.
+
+    A link is navigation when it says so (``rel``, ``accesskey``) or when it points
+    where the page's own ``<link rel=next|prev|up|...>`` elements point: Texinfo
+    repeats its node header at the foot of a page with plain links.
+    """
     anchors = node.css("a")
     if len(anchors) < 2 or len(anchors) > 12:
         return False
     nav = 0
     for a in anchors:
         rel = (a.attributes.get("rel") or "").lower().split()
-        if a.attributes.get("accesskey") or any(r in _NAV_RELS for r in rel):
+        if (
+            a.attributes.get("accesskey")
+            or any(r in _NAV_RELS for r in rel)
+            or (a.attributes.get("href") or "").strip() in targets
+        ):
             nav += 1
     return nav >= 2 and nav * 2 >= len(anchors)
+
+
+def _nav_targets(tree: LexborHTMLParser) -> frozenset[str]:
+    """Where the page's ``<link rel=next|prev|up|contents|...>`` elements point."""
+    targets = set()
+    for link in tree.css("link[rel][href]"):
+        rels = (link.attributes.get("rel") or "").lower().split()
+        href = (link.attributes.get("href") or "").strip()
+        if href and any(r in _NAV_RELS for r in rels):
+            targets.add(href)
+    return frozenset(targets)
 
 
 def _main(tree: LexborHTMLParser) -> LexborNode | None:
@@ -537,7 +569,7 @@ def _list_lines(node: LexborNode, level: int, depth: int) -> list[str]:
 _NAV_BLOCKS = ("table", "div", "p", "ul", "ol")
 
 
-def _remove_chrome(root: LexborNode) -> None:
+def _remove_chrome(root: LexborNode, targets: frozenset[str] = frozenset()) -> None:
     doomed: list[LexborNode] = []
     stack: list[tuple[LexborNode, int]] = [(root, 0)]
     while stack:
@@ -553,7 +585,14 @@ def _remove_chrome(root: LexborNode) -> None:
     # (one pass from those links up, not a scan of every block's subtree).
     checked: set[int] = set()
     nav: list[LexborNode] = []
-    for anchor in root.css("a[accesskey], a[rel]"):
+    selector = "a[accesskey], a[rel]" + (", a[href]" if targets else "")
+    for anchor in root.css(selector):
+        if not (
+            anchor.attributes.get("accesskey")
+            or anchor.attributes.get("rel")
+            or (anchor.attributes.get("href") or "").strip() in targets
+        ):
+            continue
         block = anchor.parent
         for _ in range(4):
             if block is None or block.mem_id == root.mem_id:
@@ -561,7 +600,7 @@ def _remove_chrome(root: LexborNode) -> None:
             if block.tag in _NAV_BLOCKS:
                 if block.mem_id not in checked:
                     checked.add(block.mem_id)
-                    if _nav_link_block(block):
+                    if _nav_link_block(block, targets):
                         nav.append(block)
                 break
             block = block.parent
@@ -594,7 +633,7 @@ def parse_html(html: str) -> ParsedHTML:
     root = _main(tree)
     if root is None:
         return ParsedHTML("", title, meta)
-    _remove_chrome(root)
+    _remove_chrome(root, _nav_targets(tree))
     links = [
         str(a.attributes.get("href")).strip()
         for a in root.css("a[href]")

@@ -289,3 +289,39 @@ class TestLinkResolution:
     def test_markdown_links_skip_images_and_code(self) -> None:
         text = "[a](x.md) ![i](y.png)\n```\n[b](z.md)\n```\n[c](<w w.md>)"
         assert markdown_links(text) == ("x.md",)
+
+
+# GNU Texinfo's HTML (the Octave, Emacs, Guile ... manuals): a node header with rel
+# and accesskey links, and the same bar repeated at the foot with plain links whose
+# targets are the page's own <link rel=next|prev|up|contents|index>.
+TEXINFO = """<!DOCTYPE html><html><head><title>Anonymous Functions (GNU Octave)</title>
+<link href="index.html#SEC_Contents" rel="contents" title="Table of Contents">
+<link href="Function-Handles-and-Anonymous-Functions.html" rel="up" title="Up">
+<link href="Function-Handles.html" rel="prev" title="Function Handles">
+</head><body><div class="section" id="Anonymous-Functions">
+<div class="header"><p>Previous: <a href="Function-Handles.html" accesskey="p"
+rel="prev">Function Handles</a>, Up: <a
+href="Function-Handles-and-Anonymous-Functions.html" accesskey="u" rel="up">Function
+Handles and Anonymous Functions</a> &nbsp; [<a href="index.html#SEC_Contents"
+rel="contents">Contents</a>][<a href="Concept-Index.html" rel="index">Index</a>]</p>
+</div><hr><h4 class="subsection">11.12.2 Anonymous Functions</h4>
+<p>Anonymous functions are defined using the syntax <code>@(arg) expr</code>; see
+<a href="Function-Handles.html">Function Handles</a> for handles to named
+functions.</p>
+<hr><div class="header"><p>Previous: <a href="Function-Handles.html">Function
+Handles</a>, Up: <a href="Function-Handles-and-Anonymous-Functions.html">Function
+Handles and Anonymous Functions</a> &nbsp; [<a href="index.html#SEC_Contents"
+title="Table of contents" rel="contents">Contents</a>][<a href="Concept-Index.html"
+title="Index" rel="index">Index</a>]</p></div></div></body></html>"""
+
+
+class TestTexinfoPage:
+    def test_node_header_and_its_plain_link_repeat_at_the_foot_are_dropped(
+        self,
+    ) -> None:
+        text = " ".join(parse_html(TEXINFO).text.split())
+        for chrome in ("Previous:", "Up:", "[Contents]", "[Index]"):
+            assert chrome not in text
+        assert "Anonymous functions are defined using the syntax" in text
+        # A link in the prose to the same page as the "Previous" bar stays prose.
+        assert "see Function Handles for handles to named functions" in text
