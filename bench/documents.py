@@ -35,7 +35,8 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,49 +44,128 @@ sys.path.insert(0, str(Path(__file__).parent))
 from quality import RRF_K, DenseExact, _bm25s_runs, _rrf  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE = Path("/usr/share/doc/python3/html")
-SITE = REPO / "bench" / ".cache" / "python3doc" / "html"
-SITE_ALL = REPO / "bench" / ".cache" / "python3doc" / "all"
-STRUCTURE = REPO / "bench" / ".cache" / "documents-structure.json"
-HOME = REPO / "bench" / ".cache" / "documents-home"
-QUESTIONS = REPO / "bench" / "data" / "python3doc" / "questions.jsonl"
-RESULTS = REPO / "bench" / "results" / "documents.json"
+CACHE = REPO / "bench" / ".cache"
 LIMIT = 10
-# Text of python3-doc's chrome (the related bars, sidebar and footer of every page):
-# a chunk holding any of these carries navigation, not content.
-CHROME_MARKERS = (
-    "Previous topic",
-    "Next topic",
-    "This Page",
-    "Show Source",
-    "Report a Bug",
-    "Quick search",
-    "Created using",
-    "Last updated on May",  # the footer's form (the download page's body has a colon)
-    "modules | next |",  # the related bar, whitespace normalised
-    "modules | previous |",
-    "Theme Auto",
-    "Python Software Foundation. This page is licensed",
-)
+DEPTH = 100  # each channel's depth in the channel lists kept for bench/fusion.py
+# Quality runs give the query embedding all the time it needs: on a loaded machine
+# the serving deadline (1 s) would drop the dense channel and the figures would
+# measure the load, not the ranking.
+QUALITY_DEADLINE_S = 60.0
 
 
-def copy_site(only: set[str] | None = None, site: Path = SITE) -> int:
-    """Copy the manual's HTML pages (not its _sources text or static files)."""
-    if not SOURCE.is_dir():
+@dataclass(frozen=True)
+class Site:
+    """One documentation site as Debian ships it, with its blind question set.
+
+    ``chrome`` is text of the site's navigation chrome (related bars, sidebars,
+    footers): a chunk holding any of it carries navigation, not content. ``skip``
+    says which pages are not part of the corpus (static folders, redirect stubs,
+    generated indexes), as the question set's SOURCE.md defines it.
+    """
+
+    name: str
+    title: str
+    source: Path
+    package: str
+    chrome: tuple[str, ...]
+    skip: Callable[[Path], bool]
+
+    @property
+    def questions(self) -> Path:
+        return REPO / "bench" / "data" / self.name / "questions.jsonl"
+
+    @property
+    def copy(self) -> Path:
+        return CACHE / self.name / "html"
+
+    @property
+    def copy_all(self) -> Path:
+        return CACHE / self.name / "all"
+
+    @property
+    def home(self) -> Path:
+        # python3doc keeps the folder names its first runs used.
+        suffix = "" if self.name == "python3doc" else f"-{self.name}"
+        return CACHE / f"documents-home{suffix}"
+
+    @property
+    def structure_file(self) -> Path:
+        suffix = "" if self.name == "python3doc" else f"-{self.name}"
+        return CACHE / f"documents-structure{suffix}.json"
+
+    @property
+    def results(self) -> Path:
+        suffix = "" if self.name == "python3doc" else f"-{self.name}"
+        return REPO / "bench" / "results" / f"documents{suffix}.json"
+
+
+def _python3doc_skip(rel: Path) -> bool:
+    return rel.parts[0].startswith("_")
+
+
+def _octave_skip(rel: Path) -> bool:
+    # 2,324 of the 2,863 files are XREF*.html redirect stubs ("The node you are
+    # looking for is at ..."); the indexes are generated listings.
+    name = rel.name
+    return name.startswith("XREF") or "Index" in name or name == "index.html"
+
+
+SITES = {
+    "python3doc": Site(
+        name="python3doc",
+        title="python3-doc 3.11 (Debian), HTML pages",
+        source=Path("/usr/share/doc/python3/html"),
+        package="python3-doc",
+        chrome=(
+            "Previous topic",
+            "Next topic",
+            "This Page",
+            "Show Source",
+            "Report a Bug",
+            "Quick search",
+            "Created using",
+            "Last updated on May",  # the footer's form (the download page: a colon)
+            "modules | next |",  # the related bar, whitespace normalised
+            "modules | previous |",
+            "Theme Auto",
+            "Python Software Foundation. This page is licensed",
+        ),
+        skip=_python3doc_skip,
+    ),
+    "octavedoc": Site(
+        name="octavedoc",
+        title="octave-doc 7.3 (Debian), GNU Octave manual, HTML pages",
+        source=Path("/usr/share/doc/octave/octave.html"),
+        package="octave-doc",
+        chrome=(
+            "[Contents][Index]",  # texinfo's node header, whitespace normalised
+            "Next: ",
+            "Previous: ",
+            "Up: ",
+        ),
+        skip=_octave_skip,
+    ),
+}
+SITE = SITES["python3doc"]  # the default, and what older callers imported
+
+
+def copy_site(site: Site, only: set[str] | None = None, *, whole: bool = False) -> int:
+    """Copy the site's HTML pages (not its static files, stubs or indexes)."""
+    if not site.source.is_dir():
         raise SystemExit(
-            f"{SOURCE} not found: install Debian's python3-doc (apt-get install "
-            "python3-doc)"
+            f"{site.source} not found: install Debian's {site.package} (apt-get"
+            f" install {site.package})"
         )
-    if site.exists():
-        shutil.rmtree(site)
+    into = site.copy_all if whole else site.copy
+    if into.exists():
+        shutil.rmtree(into)
     count = 0
-    for page in sorted(SOURCE.resolve().rglob("*.html")):
-        rel = page.relative_to(SOURCE.resolve())
-        if rel.parts[0].startswith("_") or (
-            only is not None and rel.as_posix() not in only
-        ):
+    root = site.source.resolve()
+    for page in sorted(root.rglob("*.html")):
+        rel = page.relative_to(root)
+        if site.skip(rel) or (only is not None and rel.as_posix() not in only):
             continue
-        target = site / rel
+        target = into / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(page, target)
         count += 1
@@ -148,31 +228,31 @@ class CachedEmbeddings:
         return getattr(self.inner, name)
 
 
-def structure() -> dict[str, Any]:
+def structure(site: Site) -> dict[str, Any]:
     """Load, de-boilerplate and chunk every page (no database, no embedding)."""
     from retrieval_pipeline.ingest.job import chunk_document
     from retrieval_pipeline.ingest.loaders import LoadDefaults, load_file
     from retrieval_pipeline.ingest.site import prepare_site
     from retrieval_pipeline.tools.tokens import default_token_counter
 
-    copy_site(site=SITE_ALL)
+    copy_site(site, whole=True)
     counter = default_token_counter()
     started = time.perf_counter()
     docs = [
         d
-        for page in sorted(SITE_ALL.rglob("*.html"))
-        for d in load_file(page, LoadDefaults(root=SITE_ALL))
+        for page in sorted(site.copy_all.rglob("*.html"))
+        for d in load_file(page, LoadDefaults(root=site.copy_all))
     ]
     docs = prepare_site(docs)
     loaded = time.perf_counter()
     chunks = [(d.source_id, c) for d in docs for c in chunk_document(d, counter)]
     seconds = time.perf_counter() - started
-    per_marker = {m: 0 for m in CHROME_MARKERS}
+    per_marker = {m: 0 for m in site.chrome}
     chrome = 0
     examples = []
     for source_id, chunk in chunks:
         text = " ".join(chunk.indexed_text().split())
-        found = [m for m in CHROME_MARKERS if m in text]
+        found = [m for m in site.chrome if m in text]
         for m in found:
             per_marker[m] += 1
         if found:
@@ -197,7 +277,7 @@ def structure() -> dict[str, Any]:
     }
 
 
-def warm_cache(worker: int, workers: int) -> None:
+def warm_cache(site: Site, worker: int, workers: int) -> None:
     """Embed every ``workers``-th chunk text of the copied site, from the end."""
     from retrieval_pipeline.ingest.job import chunk_document
     from retrieval_pipeline.ingest.loaders import LoadDefaults, load_file
@@ -209,8 +289,8 @@ def warm_cache(worker: int, workers: int) -> None:
     docs = prepare_site(
         [
             d
-            for page in sorted(SITE.rglob("*.html"))
-            for d in load_file(page, LoadDefaults(root=SITE))
+            for page in sorted(site.copy.rglob("*.html"))
+            for d in load_file(page, LoadDefaults(root=site.copy))
         ]
     )
     texts = [c.indexed_text() for d in docs for c in chunk_document(d, counter)]
@@ -226,41 +306,41 @@ def warm_cache(worker: int, workers: int) -> None:
         print(f"worker {worker}: {start + 256}/{len(mine)}", file=sys.stderr)
 
 
-def judged_pages(distractors: int) -> set[str]:
+def judged_pages(site: Site, distractors: int) -> set[str]:
     """The judged pages and ``distractors`` other pages (a seeded sample)."""
     import random
 
-    judged = {str(p) for q in load_questions() for p in q["relevant"]}
-    root = SOURCE.resolve()
+    judged = {str(p) for q in load_questions(site) for p in q["relevant"]}
+    root = site.source.resolve()
     others = sorted(
         p.relative_to(root).as_posix()
         for p in root.rglob("*.html")
-        if not p.relative_to(root).parts[0].startswith("_")
+        if not site.skip(p.relative_to(root))
         and p.relative_to(root).as_posix() not in judged
     )
     return judged | set(random.Random(0).sample(others, min(distractors, len(others))))
 
 
-def load_questions() -> list[dict[str, Any]]:
-    if not QUESTIONS.exists():
-        raise SystemExit(f"{QUESTIONS} not found: the question set is required")
+def load_questions(site: Site) -> list[dict[str, Any]]:
+    if not site.questions.exists():
+        raise SystemExit(f"{site.questions} not found: the question set is required")
     rows = [
         json.loads(line)
-        for line in QUESTIONS.read_text(encoding="utf-8").splitlines()
+        for line in site.questions.read_text(encoding="utf-8").splitlines()
         if line.strip()
     ]
     return [r for r in rows if r.get("relevant")]
 
 
-def chrome_chunks(store: Any) -> dict[str, Any]:
+def chrome_chunks(site: Site, store: Any) -> dict[str, Any]:
     with store.connection() as conn:
         rows = conn.execute("SELECT source_id, content FROM chunks").fetchall()
-    per_marker = {m: 0 for m in CHROME_MARKERS}
+    per_marker = {m: 0 for m in site.chrome}
     hit = 0
     examples = []
     for source_id, content in rows:
         text = " ".join(content.split())
-        found = [m for m in CHROME_MARKERS if m in text]
+        found = [m for m in site.chrome if m in text]
         for m in found:
             per_marker[m] += 1
         if found:
@@ -305,8 +385,9 @@ def run_pipeline(
     return run, distinct, graph_added
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--site", choices=sorted(SITES), default="python3doc")
     parser.add_argument(
         "--skip-ingest",
         action="store_true",
@@ -333,213 +414,298 @@ def main() -> int:
         help="embed part K of N of the copied site's chunks into the cache (a helper"
         " process beside an ingest on a slow machine)",
     )
-    args = parser.parse_args()
-    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    if args.warm_cache:
-        worker, workers = (int(x) for x in args.warm_cache.split("/"))
-        warm_cache(worker, workers)
-        return 0
-    if args.structure:
-        found = structure()
-        STRUCTURE.parent.mkdir(parents=True, exist_ok=True)
-        STRUCTURE.write_text(json.dumps(found, indent=1) + "\n")
-        print(json.dumps(found, indent=1))
-        return 0
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import retrieval_pipeline.ingest.job as job
+    return parser.parse_args()
+
+
+def ingest_site(
+    site: Site, store: Any, embedder: Any, cache: CachedEmbeddings
+) -> dict[str, Any]:
+    from retrieval_pipeline.ingest.job import Ingestor
+
+    started = time.perf_counter()
+    summary = Ingestor(store, embedder).ingest_paths([site.copy], site_links=True)
+    seconds = time.perf_counter() - started
+    ingest: dict[str, Any] = summary.to_dict()
+    ingest["seconds"] = round(seconds, 2)
+    ingest["docs_per_second"] = summary.documents / seconds
+    ingest["chunks_per_second"] = summary.chunks / seconds
+    ingest["embedding_cache_hits"] = cache.hits
+    print(
+        f"ingest: {summary.documents} pages, {summary.chunks} chunks, "
+        f"{summary.failed} failed, {seconds:.0f} s",
+        file=sys.stderr,
+    )
+    return ingest
+
+
+def channel_runs(
+    site: Site,
+    retriever: Any,
+    store: Any,
+    questions: list[dict[str, Any]],
+    qrels: dict[str, dict[str, int]],
+) -> dict[str, dict[str, list[str]]]:
+    """Our two channels, our hybrid (the default fusion) and RRF over our channels.
+
+    Also keeps each question's channel lists (depth 100) where bench/fusion.py
+    reads them (``channels-<site>-<split>.json``), so the fusion study covers the
+    site's dev split beside the shared sets'.
+    """
+    from fusion import rrf
+
+    from retrieval_pipeline.eval.metrics import chunks_to_documents
+
+    scope = retriever.scope(tenant="")
+    sources = store.chunk_sources("")
+    lists = {
+        q["id"]: retriever.channels(
+            q["question"], scope, depth=DEPTH, embed_deadline_s=QUALITY_DEADLINE_S
+        )
+        for q in questions
+    }
+    for split in ("dev", "test"):
+        ids = [q["id"] for q in questions if q.get("split") == split]
+        data = {
+            "qrels": {i: qrels[i] for i in ids},
+            "docs": sources,
+            "queries": {i: lists[i] for i in ids},
+        }
+        (CACHE / f"channels-{site.name}-{split}.json").write_text(json.dumps(data))
+
+    def pages(chunks: list[str]) -> list[str]:
+        return chunks_to_documents([sources[c] for c in chunks])
+
+    runs: dict[str, dict[str, list[str]]] = {
+        "our lexical": {},
+        "our dense": {},
+        "rrf(our lexical, our dense)": {},
+        "our hybrid (plain retrieve)": {},
+    }
+    for q in questions:
+        channels = lists[q["id"]]
+        runs["our lexical"][q["id"]] = pages([c for c, _ in channels["lexical"]])
+        runs["our dense"][q["id"]] = pages([c for c, _ in channels["dense"]])
+        runs["rrf(our lexical, our dense)"][q["id"]] = pages(rrf(channels))
+        hits = retriever.retrieve(
+            q["question"], limit=50, tenant="", embed_deadline_s=QUALITY_DEADLINE_S
+        )
+        runs["our hybrid (plain retrieve)"][q["id"]] = chunks_to_documents(
+            [h.document_id for h in hits]
+        )
+    return runs
+
+
+def split_tables(
+    questions: list[dict[str, Any]],
+    qrels: dict[str, dict[str, int]],
+    runs: dict[str, dict[str, list[str]]],
+    extras: dict[str, dict[str, dict[str, float]]],
+    other: str,
+) -> dict[str, Any]:
     from retrieval_pipeline.eval.metrics import evaluate
     from retrieval_pipeline.eval.stats import bootstrap_ci, paired_test
+
+    splits: dict[str, Any] = {}
+    for split in ("dev", "test"):
+        qids = sorted(q["id"] for q in questions if q.get("split") == split)
+        if not qids:
+            continue
+        sub = {q: qrels[q] for q in qids}
+        per = {
+            name: evaluate(run, sub, ks=(10,), metrics=("ndcg",))["ndcg@10"]
+            for name, run in runs.items()
+        }
+        table = {}
+        for name in runs:
+            row: dict[str, Any] = {
+                "ndcg@10": bootstrap_ci([per[name][q] for q in qids]).to_dict()
+            }
+            for key, values in extras.get(name, {}).items():
+                row[key] = statistics.mean(values[q] for q in qids)
+            table[name] = row
+        base = [per["rrf(bm25s, dense)"][q] for q in qids]
+        comparisons = {
+            f"{name} vs rrf(bm25s, dense)": paired_test(
+                base, [per[name][q] for q in qids]
+            ).to_dict()
+            for name in runs
+            if name.startswith(("pipeline", "our hybrid", "rrf(our"))
+        }
+        comparisons["our lexical vs bm25s"] = paired_test(
+            [per["bm25s"][q] for q in qids], [per["our lexical"][q] for q in qids]
+        ).to_dict()
+        comparisons["pipeline vs our hybrid (plain retrieve)"] = paired_test(
+            [per["our hybrid (plain retrieve)"][q] for q in qids],
+            [per["pipeline"][q] for q in qids],
+        ).to_dict()
+        comparisons[f"pipeline, site links {other} vs pipeline"] = paired_test(
+            [per[f"pipeline, site links {other}"][q] for q in qids],
+            [per["pipeline"][q] for q in qids],
+        ).to_dict()
+        by_type: dict[str, dict[str, float]] = {}
+        for kind in sorted({str(q.get("type", "")) for q in questions}):
+            ids_of = [
+                q["id"]
+                for q in questions
+                if q.get("split") == split and str(q.get("type", "")) == kind
+            ]
+            if ids_of:
+                by_type[kind] = {
+                    name: statistics.mean(per[name][q] for q in ids_of)
+                    for name in ("pipeline", "rrf(bm25s, dense)", "bm25s")
+                }
+                by_type[kind]["questions"] = len(ids_of)
+        splits[split] = {
+            "questions": len(qids),
+            "systems": table,
+            "comparisons": comparisons,
+            "by_type": by_type,
+        }
+    return splits
+
+
+def evaluate_site(site: Site, store: Any, embedder: Any) -> dict[str, Any]:
+    """Every system and pipeline variant on the site's dev and test splits."""
+    import retrieval_pipeline.ingest.job as job
     from retrieval_pipeline.graph.builder import build_pipeline
     from retrieval_pipeline.graph.context import Context
     from retrieval_pipeline.graph.resources import PipelineResources
-    from retrieval_pipeline.ingest.job import Ingestor
-    from retrieval_pipeline.tools.embeddings import resolve_embedder
     from retrieval_pipeline.tools.retrieve import Retriever
+
+    questions = load_questions(site)
+    with store.connection() as conn:
+        rows = conn.execute(
+            "SELECT source_id, content FROM documents ORDER BY source_id"
+        ).fetchall()
+    ids = [r[0] for r in rows]
+    texts = [r[1] for r in rows]
+    queries = {q["id"]: q["question"] for q in questions}
+    qrels = {
+        q["id"]: {str(k): int(v) for k, v in q["relevant"].items()} for q in questions
+    }
+    runs: dict[str, dict[str, list[str]]] = {}
+    exact = DenseExact(store, "")
+    runs["dense max-passage"] = {
+        q: exact.search(embedder.embed_query(t)) for q, t in queries.items()
+    }
+    runs["bm25s"] = _bm25s_runs(ids, texts, queries)
+    runs["rrf(bm25s, dense)"] = {
+        q: _rrf([runs["bm25s"][q], runs["dense max-passage"][q]], RRF_K)
+        for q in queries
+    }
+    retriever = Retriever(store, embedder)
+    runs |= channel_runs(site, retriever, store, questions, qrels)
+    graph = build_pipeline(PipelineResources(retriever=retriever))
+    extras: dict[str, dict[str, dict[str, float]]] = {}
+    shipped_cap = Context().document_chunks or None
+    # The store holds the link relations; it has no other entities, so graph
+    # fusion off is exactly an ingest with site_links=False.
+    linked, unlinked = Context(), Context(graph_fusion=False)
+    shipped = linked if job.SITE_LINKS else unlinked
+    other = "off" if job.SITE_LINKS else "on"
+    variants: list[tuple[str, Context, int | None]] = [
+        ("pipeline", shipped, shipped_cap),
+        (
+            f"pipeline, site links {other}",
+            unlinked if job.SITE_LINKS else linked,
+            shipped_cap,
+        ),
+    ]
+    for cap in (None, 1, 2, 3):
+        if cap != shipped_cap:
+            variants.append((f"pipeline, chunks/page {cap or 'no cap'}", shipped, cap))
+    for name, context, cap in variants:
+        runs[name], distinct, added = run_pipeline(
+            graph,
+            questions,
+            replace(
+                context,
+                document_chunks=cap or 0,
+                embed_deadline_s=QUALITY_DEADLINE_S,
+            ),
+        )
+        extras[name] = {"distinct_pages_top10": distinct, "graph_added_mean": added}
+    counts = chrome_chunks(site, store)
+    with store.connection() as conn:
+        relations = conn.execute("SELECT count(*) FROM relations").fetchone()
+    counts["documents"] = len(ids)
+    counts["link_relations"] = int(relations[0]) if relations else 0
+    return {
+        "index": counts,
+        "judged_pages_missing_from_index": sorted(
+            {p for judged in qrels.values() for p in judged} - set(ids)
+        ),
+        "shipped": {"document_chunks": shipped_cap, "site_links": job.SITE_LINKS},
+        "splits": split_tables(questions, qrels, runs, extras, other),
+    }
+
+
+def main() -> int:
+    args = parse_args()
+    site = SITES[args.site]
+    previous = json.loads(site.results.read_text()) if site.results.exists() else {}
+    if args.warm_cache:
+        worker, workers = (int(x) for x in args.warm_cache.split("/"))
+        warm_cache(site, worker, workers)
+        return 0
+    if args.structure:
+        found = structure(site)
+        site.structure_file.parent.mkdir(parents=True, exist_ok=True)
+        site.structure_file.write_text(json.dumps(found, indent=1) + "\n")
+        print(json.dumps(found, indent=1))
+        return 0
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from retrieval_pipeline.tools.embeddings import resolve_embedder
     from retrieval_pipeline.tools.store import EmbeddedPostgres, Store
 
     embedder = resolve_embedder("local")
     cache = CachedEmbeddings(
         embedder._embeddings,  # noqa: SLF001 (bench-only: a disk cache in front)
-        REPO / "bench" / ".cache" / "documents-embeddings.sqlite",
+        CACHE / "documents-embeddings.sqlite",
     )
     embedder._embeddings = cache  # noqa: SLF001
-    ingest: dict[str, Any] = {}
+    ingest: dict[str, Any] = previous.get("ingest", {})
     if not args.skip_ingest:
-        pages = copy_site(
-            judged_pages(args.distractors) if args.pages == "judged" else None
-        )
-        if HOME.exists():
-            shutil.rmtree(HOME)
-        ingest["pages_copied"] = pages
-    server = EmbeddedPostgres(HOME, keep_running=False)
-    results: dict[str, Any] = {}
+        only = judged_pages(site, args.distractors) if args.pages == "judged" else None
+        pages = copy_site(site, only)
+        if site.home.exists():
+            shutil.rmtree(site.home)
+    server = EmbeddedPostgres(site.home, keep_running=False)
+    uncached = CACHE / f"{site.home.name}-ingest-uncached.json"
     try:
         with Store(server.start()) as store:
             if not args.skip_ingest:
-                started = time.perf_counter()
-                summary = Ingestor(store, embedder).ingest_paths(
-                    [SITE], site_links=True
+                ingest = {"pages_copied": pages} | ingest_site(
+                    site, store, embedder, cache
                 )
-                seconds = time.perf_counter() - started
-                ingest.update(summary.to_dict())
-                ingest["seconds"] = round(seconds, 2)
-                ingest["docs_per_second"] = summary.documents / seconds
-                ingest["chunks_per_second"] = summary.chunks / seconds
-                ingest["embedding_cache_hits"] = cache.hits
-                print(
-                    f"ingest: {summary.documents} pages, {summary.chunks} chunks, "
-                    f"{summary.failed} failed, {seconds:.0f} s",
-                    file=sys.stderr,
-                )
-            else:
-                ingest = previous.get("ingest", {})
-            uncached = REPO / "bench" / ".cache" / "documents-ingest-uncached.json"
             if ingest.get("embedding_cache_hits") == 0 and ingest.get("chunks"):
                 uncached.write_text(json.dumps(ingest, indent=1))
             if args.ingest_only:
                 return 0
-            questions = load_questions()
-            counts = chrome_chunks(store)
-            with store.connection() as conn:
-                rows = conn.execute(
-                    "SELECT source_id, content FROM documents ORDER BY source_id"
-                ).fetchall()
-                relations = conn.execute("SELECT count(*) FROM relations").fetchone()
-            ids = [r[0] for r in rows]
-            texts = [r[1] for r in rows]
-            counts["documents"] = len(ids)
-            counts["link_relations"] = int(relations[0]) if relations else 0
-            queries = {q["id"]: q["question"] for q in questions}
-            qrels = {
-                q["id"]: {str(k): int(v) for k, v in q["relevant"].items()}
-                for q in questions
-            }
-            missing = sorted(
-                {p for judged in qrels.values() for p in judged} - set(ids)
-            )
-
-            runs: dict[str, dict[str, list[str]]] = {}
-            exact = DenseExact(store, "")
-            runs["dense max-passage"] = {
-                q: exact.search(embedder.embed_query(t)) for q, t in queries.items()
-            }
-            runs["bm25s"] = _bm25s_runs(ids, texts, queries)
-            runs["rrf(bm25s, dense)"] = {
-                q: _rrf([runs["bm25s"][q], runs["dense max-passage"][q]], RRF_K)
-                for q in queries
-            }
-            graph = build_pipeline(
-                PipelineResources(retriever=Retriever(store, embedder))
-            )
-            distinct: dict[str, dict[str, float]] = {}
-            added: dict[str, dict[str, int]] = {}
-            shipped_cap = Context().document_chunks or None
-            # The store holds the link relations; it has no other entities, so graph
-            # fusion off is exactly an ingest with site_links=False.
-            linked, unlinked = Context(), Context(graph_fusion=False)
-            shipped = linked if job.SITE_LINKS else unlinked
-            other = "off" if job.SITE_LINKS else "on"
-            variants: list[tuple[str, Context, int | None]] = [
-                ("pipeline", shipped, shipped_cap),
-                (
-                    f"pipeline, site links {other}",
-                    unlinked if job.SITE_LINKS else linked,
-                    shipped_cap,
-                ),
-            ]
-            for cap in (None, 1, 2, 3):
-                if cap != shipped_cap:
-                    variants.append(
-                        (f"pipeline, chunks/page {cap or 'no cap'}", shipped, cap)
-                    )
-            for name, context, cap in variants:
-                runs[name], distinct[name], added[name] = run_pipeline(
-                    graph, questions, replace(context, document_chunks=cap or 0)
-                )
-            splits: dict[str, Any] = {}
-            for split in ("dev", "test"):
-                qids = sorted(q["id"] for q in questions if q.get("split") == split)
-                if not qids:
-                    continue
-                sub = {q: qrels[q] for q in qids}
-                per = {
-                    name: evaluate(run, sub, ks=(10,), metrics=("ndcg",))["ndcg@10"]
-                    for name, run in runs.items()
-                }
-                table = {}
-                for name in runs:
-                    values = [per[name][q] for q in qids]
-                    row: dict[str, Any] = {"ndcg@10": bootstrap_ci(values).to_dict()}
-                    if name in distinct:
-                        row["distinct_pages_top10"] = statistics.mean(
-                            distinct[name][q] for q in qids
-                        )
-                        row["graph_added_mean"] = statistics.mean(
-                            added[name][q] for q in qids
-                        )
-                    table[name] = row
-                base = [per["rrf(bm25s, dense)"][q] for q in qids]
-                comparisons = {
-                    f"{name} vs rrf(bm25s, dense)": paired_test(
-                        base, [per[name][q] for q in qids]
-                    ).to_dict()
-                    for name in runs
-                    if name.startswith("pipeline")
-                }
-                comparisons[f"pipeline, site links {other} vs pipeline"] = paired_test(
-                    [per[f"pipeline, site links {other}"][q] for q in qids],
-                    [per["pipeline"][q] for q in qids],
-                ).to_dict()
-                by_type: dict[str, dict[str, float]] = {}
-                for kind in sorted({str(q.get("type", "")) for q in questions}):
-                    ids_of = [
-                        q["id"]
-                        for q in questions
-                        if q.get("split") == split and str(q.get("type", "")) == kind
-                    ]
-                    if ids_of:
-                        by_type[kind] = {
-                            name: statistics.mean(per[name][q] for q in ids_of)
-                            for name in ("pipeline", "rrf(bm25s, dense)", "bm25s")
-                        }
-                        by_type[kind]["questions"] = len(ids_of)
-                splits[split] = {
-                    "questions": len(qids),
-                    "systems": table,
-                    "comparisons": comparisons,
-                    "by_type": by_type,
-                }
-            results = {
-                "benchmark": "documents",
-                "date": time.strftime("%Y-%m-%d"),
-                "site": "python3-doc 3.11 (Debian), HTML pages",
-                "embedder": embedder.model,
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                },
-                "pages": args.pages,
-                "distractors": args.distractors if args.pages == "judged" else None,
-                "structure": (
-                    json.loads(STRUCTURE.read_text()) if STRUCTURE.exists() else None
-                ),
-                "ingest": ingest,
-                "ingest_uncached": (
-                    json.loads(uncached.read_text()) if uncached.exists() else None
-                ),
-                "index": counts,
-                "judged_pages_missing_from_index": missing,
-                "shipped": {
-                    "document_chunks": shipped_cap,
-                    "site_links": job.SITE_LINKS,
-                },
-                "splits": splits,
-            }
+            evaluated = evaluate_site(site, store, embedder)
     finally:
         server.stop()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    for split, body in results.get("splits", {}).items():
+    results = {
+        "benchmark": "documents",
+        "date": time.strftime("%Y-%m-%d"),
+        "site": site.title,
+        "embedder": embedder.model,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "pages": args.pages,
+        "distractors": args.distractors if args.pages == "judged" else None,
+        "structure": (
+            json.loads(site.structure_file.read_text())
+            if site.structure_file.exists()
+            else None
+        ),
+        "ingest": ingest,
+        "ingest_uncached": (
+            json.loads(uncached.read_text()) if uncached.exists() else None
+        ),
+    } | evaluated
+    site.results.parent.mkdir(parents=True, exist_ok=True)
+    site.results.write_text(json.dumps(results, indent=1) + "\n")
+    for split, body in results["splits"].items():
         for name, row in body["systems"].items():
             extra = (
                 f"  pages {row['distinct_pages_top10']:.2f}"
