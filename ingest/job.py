@@ -17,11 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-import psycopg
-
-from retrieval_pipeline.errors import DimensionMismatchError, IngestError
+from retrieval_pipeline.errors import (
+    DimensionMismatchError,
+    IngestError,
+    RecordRejectedError,
+)
 from retrieval_pipeline.graph.context import CHUNK_MAX_TOKENS, CHUNK_OVERLAP_TOKENS
 from retrieval_pipeline.ingest.chunker import Chunk, chunk_text, extract_identifiers
+from retrieval_pipeline.ingest.linking import link_entities
 from retrieval_pipeline.ingest.loaders import (
     PARSER_VERSION,
     LoadDefaults,
@@ -335,7 +338,7 @@ class Ingestor:
         for tenant in sorted(tenants):
             # New entity names can appear in documents written earlier: relink them all.
             scope = None if graph_changed else list(written_ids)
-            summary.mentions_linked += self.store.link_entities(tenant, scope)
+            summary.mentions_linked += link_entities(self.store, tenant, scope)
         summary.write_seconds += time.perf_counter() - link_started
 
     def _write(
@@ -349,16 +352,14 @@ class Ingestor:
         try:
             self.store.write_documents(records)
             return records
-        except (psycopg.DataError, psycopg.IntegrityError):
+        except RecordRejectedError:
             pass  # isolate the bad document below
         written = []
         for record in records:
             try:
                 self.store.write_document(record)
-            except (psycopg.DataError, psycopg.IntegrityError) as exc:
-                summary.failures.append(
-                    (record.source_uri, f"database rejected: {exc}")
-                )
+            except RecordRejectedError as exc:
+                summary.failures.append((record.source_uri, str(exc)))
                 continue
             written.append(record)
         return written
@@ -457,60 +458,78 @@ class Ingestor:
         records = []
         cursor = 0
         for index, item in enumerate(prepared):
-            if index in failed:  # never half-written: the document waits for a rerun
-                cursor += len(item.chunks)
-                continue
-            source = item.source
-            chunk_records = []
-            for chunk in item.chunks:
-                content = chunk.indexed_text()
-                page_start, page_end = page_span(
-                    source.pages, chunk.char_start, chunk.char_end
-                )
-                chunk_records.append(
-                    ChunkRecord(
-                        id=keys[index, chunk.ordinal],
-                        ordinal=chunk.ordinal,
-                        heading_path=chunk.heading_path,
-                        body=chunk.body,
-                        content=content,
-                        char_start=chunk.char_start,
-                        char_end=chunk.char_end,
-                        token_count=chunk.token_count,
-                        identifiers=extract_identifiers(content),
-                        embedding=tuple(vectors[cursor]),
-                        page_start=page_start,
-                        page_end=page_end,
+            count = len(item.chunks)
+            if index not in failed:  # never half-written: the document waits a rerun
+                chunk_ids = [keys[index, chunk.ordinal] for chunk in item.chunks]
+                records.append(
+                    self._record(
+                        item,
+                        chunk_ids,
+                        vectors[cursor : cursor + count],
+                        reused=index in reused,
                     )
                 )
-                cursor += 1
-            version = self.embedder.version
-            if index in reused:
-                version = f"{version} (vector reused from {source.embedding_origin})"
-            records.append(
-                DocumentRecord(
-                    id=item.document_id,
-                    source_id=source.source_id,
-                    tenant=source.tenant,
-                    title=source.title,
-                    path=source.path,
-                    source_uri=source.source_uri,
-                    revision=item.revision,
-                    parser_version=PARSER_VERSION,
-                    acl=source.principals,
-                    metadata=source.metadata,
-                    content=source.content,
-                    embedding_model=self.embedder.model,
-                    embedding_version=version,
-                    created_at=source.created_at,
-                    updated_at=source.updated_at or datetime.now(UTC),
-                    chunks=tuple(chunk_records),
-                    entities=source.entities,
-                    relations=source.relations,
-                    title_entity=source.title_entity,
+            cursor += count
+        return records
+
+    def _record(
+        self,
+        item: _Prepared,
+        chunk_ids: Sequence[str],
+        vectors: Sequence[Sequence[float]],
+        *,
+        reused: bool,
+    ) -> DocumentRecord:
+        """The record to write for one prepared document and its chunks' vectors."""
+        source = item.source
+        chunk_records = []
+        for chunk, chunk_id, vector in zip(
+            item.chunks, chunk_ids, vectors, strict=True
+        ):
+            content = chunk.indexed_text()
+            page_start, page_end = page_span(
+                source.pages, chunk.char_start, chunk.char_end
+            )
+            chunk_records.append(
+                ChunkRecord(
+                    id=chunk_id,
+                    ordinal=chunk.ordinal,
+                    heading_path=chunk.heading_path,
+                    body=chunk.body,
+                    content=content,
+                    char_start=chunk.char_start,
+                    char_end=chunk.char_end,
+                    token_count=chunk.token_count,
+                    identifiers=extract_identifiers(content),
+                    embedding=tuple(vector),
+                    page_start=page_start,
+                    page_end=page_end,
                 )
             )
-        return records
+        version = self.embedder.version
+        if reused:
+            version = f"{version} (vector reused from {source.embedding_origin})"
+        return DocumentRecord(
+            id=item.document_id,
+            source_id=source.source_id,
+            tenant=source.tenant,
+            title=source.title,
+            path=source.path,
+            source_uri=source.source_uri,
+            revision=item.revision,
+            parser_version=PARSER_VERSION,
+            acl=source.principals,
+            metadata=source.metadata,
+            content=source.content,
+            embedding_model=self.embedder.model,
+            embedding_version=version,
+            created_at=source.created_at,
+            updated_at=source.updated_at or datetime.now(UTC),
+            chunks=tuple(chunk_records),
+            entities=source.entities,
+            relations=source.relations,
+            title_entity=source.title_entity,
+        )
 
     def _prune(
         self, targets: list[Path], sources: list[SourceDocument], tenant: str

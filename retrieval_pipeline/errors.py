@@ -47,3 +47,16 @@ class AccessDeniedError(RetrievalPipelineError):
 
 class WriteConflictError(RetrievalPipelineError, ValueError):
     """A write would replace a hidden document, or change who can read one."""
+
+
+class RecordRejectedError(RetrievalPipelineError):
+    """The database refused a record (a NUL character in its text, a duplicate id).
+
+    Raised by the store's writes after their transaction rolled back, so nothing of
+    the refused write is stored. The driver's error is the ``__cause__``.
+    """
+
+    def __init__(self, reason: str, source_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(f"database rejected: {reason}")
+        self.reason = reason
+        self.source_ids = source_ids

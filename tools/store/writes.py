@@ -1,0 +1,223 @@
+"""Atomic document writes: each document is fully old or fully new, never a mixture.
+
+A document replaces its previous revision, chunks, postings, BM25 statistics and
+graph evidence in one transaction. The scoped writes of the vector-store API check,
+with the rows locked in that transaction, what they replace. A record the database
+refuses becomes a :class:`~retrieval_pipeline.errors.RecordRejectedError` once the
+transaction has rolled back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from retrieval_pipeline.errors import RecordRejectedError
+from retrieval_pipeline.tools.store import sql as q
+from retrieval_pipeline.tools.store import sql_admin as qa
+from retrieval_pipeline.tools.store import sql_documents as qd
+from retrieval_pipeline.tools.store.connection import StoreConnection
+from retrieval_pipeline.tools.store.graph_writes import write_graph
+from retrieval_pipeline.tools.store.records import DocumentRecord
+from retrieval_pipeline.tools.store.scope import AccessScope
+from retrieval_pipeline.tools.store.vectors import vector_literal
+
+
+@contextmanager
+def rejected_records(docs: Sequence[DocumentRecord]) -> Iterator[None]:
+    """Turn the driver's refusal of a record into the project's error.
+
+    Used outside the write's transaction, so the error is raised after the rollback:
+    nothing of the refused write is stored. Data and integrity errors are the
+    record's fault (a NUL character in text, a duplicate id); anything else (a lost
+    connection, a timeout) is not and passes through.
+    """
+    try:
+        yield
+    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        raise RecordRejectedError(
+            str(exc), tuple(doc.source_id for doc in docs)
+        ) from exc
+
+
+class StoreWrites(StoreConnection):
+    """The store's document writes (a part of :class:`~.store.Store`)."""
+
+    def document_revisions(
+        self, document_ids: Sequence[str]
+    ) -> dict[str, tuple[str, str]]:
+        """(revision, embedding model) of those of ``document_ids`` that are stored."""
+        with self.connection() as conn:
+            rows = conn.execute(q.DOCUMENT_REVISIONS, (list(document_ids),)).fetchall()
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+    def write_document(self, doc: DocumentRecord) -> None:
+        """Replace a document and everything derived from it in one transaction.
+
+        Readers see either the old revision or the new one, never a mixture; an
+        error anywhere rolls the whole document back.
+        """
+        self.write_documents([doc])
+
+    def write_documents(self, docs: Sequence[DocumentRecord]) -> None:
+        """Replace several documents in one transaction, with set-based statements.
+
+        All or nothing: each document is fully old or fully new afterwards. Callers
+        that must isolate a bad document retry one by one (see the ingest job).
+        """
+        if not docs:
+            return
+        with rejected_records(docs), self.connection() as conn, conn.transaction():
+            conn.execute(qa.ASYNC_COMMIT)
+            self._delete_documents(conn, [doc.id for doc in docs])
+            self._insert_documents(conn, docs)
+
+    def delete_document(self, document_id: str) -> bool:
+        """Delete a document, its chunks, postings and graph evidence."""
+        with self.connection() as conn, conn.transaction():
+            return self._delete_documents(conn, [document_id]) > 0
+
+    def delete_imported(self, origin: str, *, keep_source_ids: Sequence[str]) -> int:
+        """Delete documents imported from ``origin`` whose source id is not kept."""
+        with self.connection() as conn, conn.transaction():
+            rows = conn.execute(
+                qd.IMPORTED_NOT_KEPT, (origin, list(keep_source_ids))
+            ).fetchall()
+            return self._delete_documents(conn, [r[0] for r in rows])
+
+    def _delete_documents(self, conn: psycopg.Connection[Any], ids: list[str]) -> int:
+        params = {"document_ids": ids}
+        conn.execute(q.SUBTRACT_TERM_STATS, params)
+        conn.execute(q.SUBTRACT_CORPUS_STATS, params)
+        return conn.execute(q.DELETE_DOCUMENTS, params).rowcount
+
+    def _insert_documents(
+        self, conn: psycopg.Connection[Any], docs: Sequence[DocumentRecord]
+    ) -> None:
+        with conn.cursor() as cur:
+            cur.executemany(
+                q.INSERT_DOCUMENT,
+                [
+                    {
+                        "id": doc.id,
+                        "source_id": doc.source_id,
+                        "tenant": doc.tenant,
+                        "title": doc.title,
+                        "path": doc.path,
+                        "source_uri": doc.source_uri,
+                        "revision": doc.revision,
+                        "parser_version": doc.parser_version,
+                        "acl": list(doc.acl),
+                        "metadata": Jsonb(doc.metadata),
+                        "content": doc.content,
+                        "embedding_model": doc.embedding_model,
+                        "created_at": doc.created_at,
+                        "updated_at": doc.updated_at,
+                    }
+                    for doc in docs
+                ],
+            )
+        with conn.cursor().copy(q.COPY_CHUNKS) as copy:
+            for doc in docs:
+                for chunk in doc.chunks:
+                    copy.write_row(
+                        (
+                            chunk.id,
+                            doc.id,
+                            doc.source_id,
+                            doc.tenant,
+                            list(doc.acl),
+                            chunk.ordinal,
+                            list(chunk.heading_path),
+                            chunk.body,
+                            chunk.content,
+                            chunk.char_start,
+                            chunk.char_end,
+                            chunk.token_count,
+                            doc.revision,
+                            doc.source_uri,
+                            doc.parser_version,
+                            doc.embedding_model,
+                            doc.embedding_version,
+                            doc.updated_at,
+                            list(chunk.identifiers),
+                            vector_literal(chunk.embedding),
+                            chunk.page_start,
+                            chunk.page_end,
+                        )
+                    )
+        params = {"document_ids": [doc.id for doc in docs]}
+        conn.execute(q.INSERT_POSTINGS, params)
+        conn.execute(q.SET_LEXEME_COUNTS, params)
+        conn.execute(q.ADD_TERM_STATS, params)
+        conn.execute(q.ADD_CORPUS_STATS, params)
+        for doc in docs:
+            self._write_graph(conn, doc)
+
+    def _write_graph(self, conn: psycopg.Connection[Any], doc: DocumentRecord) -> None:
+        # A method of its own so that the crash tests can fail a write after its
+        # chunks were copied (tests/integration/test_ingest.py, test_faults.py).
+        write_graph(conn, doc)
+
+    # --- scoped writes: a write is authorised like a read (vector-store API) --------
+    def document_access(
+        self, document_ids: Sequence[str], scope: AccessScope
+    ) -> dict[str, tuple[str, ...] | None]:
+        """Which of ``document_ids`` are stored in the scope's tenant.
+
+        Maps each stored one to its ACL when the scope's principals may see it and
+        to ``None`` when they may not (a hidden document's ACL is not read out).
+        """
+        if not document_ids:
+            return {}
+        with self.connection() as conn:
+            rows = conn.execute(
+                q.STORED_DOCUMENT_ACCESS,
+                scope.params() | {"document_ids": list(document_ids)},
+            ).fetchall()
+        return {r[0]: tuple(r[2]) if r[1] else None for r in rows}
+
+    def delete_visible_documents(
+        self, document_ids: Sequence[str], scope: AccessScope
+    ) -> list[str]:
+        """Delete those of ``document_ids`` the scope may see; return their ids.
+
+        Hidden and missing ids take the same path (one locked lookup that finds
+        nothing to delete), so the result cannot tell them apart.
+        """
+        with self.connection() as conn, conn.transaction():
+            rows = conn.execute(
+                q.STORED_DOCUMENT_ACCESS_FOR_UPDATE,
+                scope.params() | {"document_ids": list(document_ids)},
+            ).fetchall()
+            visible = [r[0] for r in rows if r[1]]
+            self._delete_documents(conn, visible)
+        return visible
+
+    def write_documents_checked(
+        self,
+        docs: Sequence[DocumentRecord],
+        scope: AccessScope,
+        check: Callable[[dict[str, tuple[str, ...] | None]], None],
+    ) -> None:
+        """:meth:`write_documents`, once ``check`` approves the rows it replaces.
+
+        ``check`` gets :meth:`document_access` of the documents, read and locked in
+        the writing transaction (so no concurrent writer can change them between
+        the check and the write), and raises to refuse; nothing is written then.
+        """
+        if not docs:
+            return
+        with rejected_records(docs), self.connection() as conn, conn.transaction():
+            conn.execute(qa.ASYNC_COMMIT)
+            rows = conn.execute(
+                q.STORED_DOCUMENT_ACCESS_FOR_UPDATE,
+                scope.params() | {"document_ids": [doc.id for doc in docs]},
+            ).fetchall()
+            check({r[0]: tuple(r[2]) if r[1] else None for r in rows})
+            self._delete_documents(conn, [doc.id for doc in docs])
+            self._insert_documents(conn, docs)
