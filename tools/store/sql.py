@@ -3,6 +3,10 @@
 Filter fragments are composed with :mod:`psycopg.sql` from constants only, so a
 scoped query gets a plan that can use the scope's index instead of a generic
 ``param IS NULL OR ...`` plan that cannot.
+
+Here: the channels, ingestion and graph writes. The statements that set up and look
+after the database are in ``sql_admin.py``; fetches and imports in
+``sql_documents.py``.
 """
 
 from __future__ import annotations
