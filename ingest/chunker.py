@@ -20,6 +20,7 @@ _HEADING = re.compile(r"^(#{1,6})[ \t]+(.*?)[ \t#]*$")
 _FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)")
 _LIST_ITEM = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+")
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/:]*[A-Za-z0-9_]")
+_PLAIN_NUMBER = re.compile(r"\d+(?:\.\d+)+")
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,11 @@ def extract_identifiers(text: str, limit: int = 256) -> tuple[str, ...]:
     for match in _IDENTIFIER.finditer(text):
         token = match.group(0).strip(".-/:")
         if len(token) < 2 or len(token) > 64:
+            continue
+        if _PLAIN_NUMBER.fullmatch(token):
+            # 2.5, 0.05, 2.3.1: the prose field already holds such a number whole
+            # (PostgreSQL's float/version tokens); as an identifier too it would
+            # count twice (issue 18: a technical collection full of decimals).
             continue
         has_digit = any(c.isdigit() for c in token)
         has_alpha = any(c.isalpha() for c in token)
