@@ -11,7 +11,8 @@ repairs real-world markup the way a browser does). On the parsed tree:
    ``sphinxsidebar``, ``related``, ``breadcrumbs``, ``footer``, ...) or whose
    ``summary``/``aria-label`` says navigation, and heading permalinks (``¶``).
    Lines repeated across most pages of one ingest are removed afterwards
-   (:func:`drop_repeated_lines`): boilerplate that carries no markup hint.
+   (:func:`~retrieval_pipeline.ingest.html_chrome.repeated_lines`): boilerplate
+   that carries no markup hint.
 2. **Headings** come from the real heading hierarchy with the page title as the
    root (``# Title``); the page's own headings sit below it, so a reference page
    whose command name is a sibling heading of "Parameters" still carries it. A body
@@ -33,106 +34,38 @@ ingest can turn links between its own pages into graph relations.
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-_DROP_TAGS = frozenset(
-    {
-        "script",
-        "style",
-        "noscript",
-        "template",
-        "nav",
-        "form",
-        "button",
-        "input",
-        "select",
-        "textarea",
-        "iframe",
-        "svg",
-        "canvas",
-        "object",
-        "embed",
-        "link",
-        "meta",
-        "head",
-        "title",
-        "dialog",
-    }
+from retrieval_pipeline.ingest.html_chrome import (
+    MAX_DEPTH,
+    REPEATED_MIN_PAGES,
+    REPEATED_SHARE,
+    class_tokens,
+    drop_lines,
+    is_admonition,
+    main_content,
+    nav_targets,
+    remove_chrome,
+    repeated_lines,
 )
-_DROP_ROLES = frozenset(
-    {"navigation", "banner", "contentinfo", "search", "complementary", "menu"}
-)
-# Class and id tokens that name page chrome (compared whole, case-insensitively).
-_CHROME_TOKENS = frozenset(
-    {
-        "nav",
-        "navbar",
-        "navheader",
-        "navfooter",
-        "navigation",
-        "navlinks",
-        "menu",
-        "menubar",
-        "breadcrumb",
-        "breadcrumbs",
-        "sidebar",
-        "sphinxsidebar",
-        "sphinxsidebarwrapper",
-        "related",
-        "footer",
-        "masthead",
-        "topbar",
-        "toolbar",
-        "pager",
-        "pagination",
-        "skiplink",
-        "skip-link",
-        "skip-links",
-        "cookie",
-        "cookies",
-        "cookie-banner",
-        "searchbox",
-        "search-box",
-        "headerlink",
-        "anchorlink",
-        "anchor-link",
-        "edit-this-page",
-        "social",
-        "share",
-        "advertisement",
-        "mobile-nav",
-        "site-header",
-        "site-footer",
-        "page-footer",
-    }
-)
-_CHROME_PREFIXES = ("navbar-", "breadcrumb", "sidebar-", "skip-to")
-_CHROME_SUFFIXES = ("-nav", "-navigation", "-navbar", "-menu", "-sidebar")
-_ADMONITION_TOKENS = frozenset(
-    {
-        "admonition",
-        "note",
-        "tip",
-        "hint",
-        "warning",
-        "caution",
-        "important",
-        "attention",
-        "danger",
-        "error",
-        "seealso",
-        "callout",
-        "alert",
-        "notice",
-        "versionadded",
-        "versionchanged",
-        "deprecated",
-    }
-)
+
+__all__ = [  # chrome and site boilerplate are re-exported from ingest/html_chrome.py
+    "CODE_PART_CHARS",
+    "LAYOUT_CELL_CHARS",
+    "LIST_PART_CHARS",
+    "MAX_DEPTH",
+    "REPEATED_MIN_PAGES",
+    "REPEATED_SHARE",
+    "TABLE_PART_CHARS",
+    "ParsedHTML",
+    "drop_lines",
+    "html_to_markdown",
+    "parse_html",
+    "repeated_lines",
+]
+
 _ADMONITION_WORDS = frozenset(
     {
         "note",
@@ -176,22 +109,6 @@ _BLOCKS = frozenset(
         "colgroup",
     }
 )
-_NAV_RELS = frozenset(
-    {
-        "prev",
-        "previous",
-        "next",
-        "up",
-        "home",
-        "start",
-        "first",
-        "last",
-        "index",
-        "contents",
-        "toc",
-    }
-)
-MAX_DEPTH = 160  # deeper markup is read as flat text (hostile or broken pages)
 CODE_PART_CHARS = 700  # a fenced part of a long listing (~200 tokens of code)
 TABLE_PART_CHARS = 900  # rows per table part, the header repeated on each
 LIST_PART_CHARS = 900  # a longer list is written in parts of about this size
@@ -216,88 +133,6 @@ class ParsedHTML:
     title: str
     meta: list[tuple[str, str]] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
-
-
-def _tokens(node: LexborNode) -> list[str]:
-    attrs = node.attributes
-    words = f"{attrs.get('class') or ''} {attrs.get('id') or ''}".lower().split()
-    return words
-
-
-def _is_admonition(node: LexborNode) -> bool:
-    return any(t in _ADMONITION_TOKENS for t in _tokens(node))
-
-
-def _is_chrome(node: LexborNode) -> bool:
-    tag = node.tag or ""
-    if tag in _DROP_TAGS:
-        return True
-    attrs = node.attributes
-    if (attrs.get("role") or "").strip().lower() in _DROP_ROLES:
-        return not _is_admonition(node)
-    if tag == "aside":
-        return not _is_admonition(node) and not any(
-            "footnote" in t for t in _tokens(node)
-        )
-    if tag in ("header", "footer") and not _inside_content(node):
-        return True
-    if attrs.get("hidden") is not None or attrs.get("aria-hidden") == "true":
-        return True
-    for token in _tokens(node):
-        if (
-            token in _CHROME_TOKENS
-            or token.startswith(_CHROME_PREFIXES)
-            or token.endswith(_CHROME_SUFFIXES)
-        ):
-            return True
-    label = f"{attrs.get('summary') or ''} {attrs.get('aria-label') or ''}".lower()
-    if "navigation" in label or "breadcrumb" in label:
-        return True
-    return False
-
-
-def _nav_link_block(node: LexborNode, targets: frozenset[str] = frozenset()) -> bool:
-    """A block whose links are prev/next/up/home navigation.
-
-    A link is navigation when it says so (``rel``, ``accesskey``) or when it points
-    where the page's own ``<link rel=next|prev|up|...>`` elements point: Texinfo
-    repeats its node header at the foot of a page with plain links.
-    """
-    anchors = node.css("a")
-    if len(anchors) < 2 or len(anchors) > 12:
-        return False
-    nav = 0
-    for a in anchors:
-        rel = (a.attributes.get("rel") or "").lower().split()
-        if (
-            a.attributes.get("accesskey")
-            or any(r in _NAV_RELS for r in rel)
-            or (a.attributes.get("href") or "").strip() in targets
-        ):
-            nav += 1
-    return nav >= 2 and nav * 2 >= len(anchors)
-
-
-def _nav_targets(tree: LexborHTMLParser) -> frozenset[str]:
-    """Where the page's ``<link rel=next|prev|up|contents|...>`` elements point."""
-    targets = set()
-    for link in tree.css("link[rel][href]"):
-        rels = (link.attributes.get("rel") or "").lower().split()
-        href = (link.attributes.get("href") or "").strip()
-        if href and any(r in _NAV_RELS for r in rels):
-            targets.add(href)
-    return frozenset(targets)
-
-
-def _main(tree: LexborHTMLParser) -> LexborNode | None:
-    for selector in ("main", "[role=main]"):
-        found = tree.css(selector)
-        if len(found) == 1:
-            return found[0]
-    articles = tree.css("article")
-    if len(articles) == 1:
-        return articles[0]
-    return tree.body
 
 
 def _clean(text: str) -> str:
@@ -378,11 +213,11 @@ class _Renderer:
             self._definitions(child, depth, admonition)
         elif tag in _BLOCKS or tag == "li":
             self._flush()
-            classes = _tokens(child)
+            classes = class_tokens(child)
             if "admonition-title" in classes or (admonition and "title" in classes):
                 self._set_label(_clean(_flat(child)))
                 return
-            inner = admonition or _is_admonition(child)
+            inner = admonition or is_admonition(child)
             self.walk(child, depth + 1, inner)
             self._flush()
         elif tag == "img":
@@ -566,60 +401,6 @@ def _list_lines(node: LexborNode, level: int, depth: int) -> list[str]:
     return lines
 
 
-_NAV_BLOCKS = ("table", "div", "p", "ul", "ol")
-
-
-def _remove_chrome(root: LexborNode, targets: frozenset[str] = frozenset()) -> None:
-    doomed: list[LexborNode] = []
-    stack: list[tuple[LexborNode, int]] = [(root, 0)]
-    while stack:
-        node, depth = stack.pop()
-        for child in node.iter():
-            if _is_chrome(child):
-                doomed.append(child)
-            elif depth < MAX_DEPTH:
-                stack.append((child, depth + 1))
-    for node in doomed:
-        node.decompose()
-    # Navigation bars: the nearest block around links marked rel=next/accesskey=n
-    # (one pass from those links up, not a scan of every block's subtree).
-    checked: set[int] = set()
-    nav: list[LexborNode] = []
-    selector = "a[accesskey], a[rel]" + (", a[href]" if targets else "")
-    for anchor in root.css(selector):
-        if not (
-            anchor.attributes.get("accesskey")
-            or anchor.attributes.get("rel")
-            or (anchor.attributes.get("href") or "").strip() in targets
-        ):
-            continue
-        block = anchor.parent
-        for _ in range(4):
-            if block is None or block.mem_id == root.mem_id:
-                break
-            if block.tag in _NAV_BLOCKS:
-                if block.mem_id not in checked:
-                    checked.add(block.mem_id)
-                    if _nav_link_block(block, targets):
-                        nav.append(block)
-                break
-            block = block.parent
-    for node in nav:
-        node.decompose()
-
-
-def _inside_content(node: LexborNode) -> bool:
-    """Whether a header/footer belongs to an article or section (kept), not the page."""
-    parent = node.parent
-    while parent is not None:
-        if parent.tag in ("article", "section", "main") or (
-            parent.attributes.get("role") == "main"
-        ):
-            return True
-        parent = parent.parent
-    return False
-
-
 def parse_html(html: str) -> ParsedHTML:
     """Read a page: main content as markdown, title, meta tags and content links."""
     tree = LexborHTMLParser(html)
@@ -630,10 +411,10 @@ def parse_html(html: str) -> ParsedHTML:
         for m in tree.css("meta[name]")
         if m.attributes.get("name")
     ]
-    root = _main(tree)
+    root = main_content(tree)
     if root is None:
         return ParsedHTML("", title, meta)
-    _remove_chrome(root, _nav_targets(tree))
+    remove_chrome(root, nav_targets(tree))
     links = [
         str(a.attributes.get("href")).strip()
         for a in root.css("a[href]")
@@ -681,64 +462,3 @@ def html_to_markdown(html: str) -> tuple[str, str]:
     """Convert HTML to markdown (main content, headings kept); return (text, title)."""
     parsed = parse_html(html)
     return parsed.text, parsed.title
-
-
-# --- boilerplate across the pages of one ingest -----------------------------------
-REPEATED_SHARE = 0.5
-"""A line on at least this share of an ingest's HTML pages is boilerplate."""
-REPEATED_MIN_PAGES = 4
-"""...and on at least this many pages (fewer pages say nothing about a site)."""
-
-
-def _content_lines(text: str) -> Iterable[tuple[int, int, str]]:
-    """(start, end, normalised line) of each prose line outside fences and headings."""
-    fence: str | None = None
-    pos = 0
-    for line in text.split("\n"):
-        start, pos = pos, pos + len(line) + 1
-        stripped = line.strip()
-        if fence is not None:
-            if stripped.startswith(fence):
-                fence = None
-            continue
-        match = re.match(r"(`{3,}|~{3,})", stripped)
-        if match:
-            fence = match.group(1)
-            continue
-        if (
-            not stripped
-            or stripped.startswith("#")
-            or re.fullmatch(r"\|( --- \|)+", stripped)
-        ):
-            continue
-        yield start, start + len(line), stripped.casefold()
-
-
-def repeated_lines(texts: Sequence[str]) -> set[str]:
-    """Normalised prose lines that recur on most of these pages (site boilerplate)."""
-    if len(texts) < REPEATED_MIN_PAGES:
-        return set()
-    counts: Counter[str] = Counter()
-    for text in texts:
-        counts.update({line for _, _, line in _content_lines(text)})
-    floor = max(REPEATED_MIN_PAGES, REPEATED_SHARE * len(texts))
-    return {line for line, n in counts.items() if n >= floor}
-
-
-def drop_lines(text: str, doomed: set[str]) -> str:
-    """``text`` without the given prose lines; tables left with no rows go too."""
-    if not doomed:
-        return text
-    cut = [(s, e) for s, e, line in _content_lines(text) if line in doomed]
-    if not cut:
-        return text
-    pieces: list[str] = []
-    pos = 0
-    for start, end in cut:
-        pieces.append(text[pos:start])
-        pos = min(len(text), end + 1)
-    pieces.append(text[pos:])
-    kept = "".join(pieces)
-    blocks = [b for b in re.split(r"\n{2,}", kept) if b.strip()]
-    blocks = [b for b in blocks if not re.fullmatch(r"\|( --- \|)+", b.strip())]
-    return "\n\n".join(blocks).strip() + "\n"
