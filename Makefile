@@ -57,7 +57,9 @@ lint: venv
 	@# folder-to-package mapping lives only in pyproject.toml. The cache stays outside the
 	@# copy, so a rerun only re-checks what changed.
 	rm -rf build/typecheck build/lib
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --target build/typecheck .
+	@# Offline when the venv has setuptools (Python 3.11's venv does; 3.12's does not).
+	isolation=$$($(BIN)/python -c 'import setuptools' 2>/dev/null && echo --no-build-isolation); \
+	$(BIN)/python -m pip install --quiet --no-deps $$isolation --target build/typecheck .
 	cd build/typecheck && ../../$(BIN)/mypy --config-file ../../pyproject.toml \
 		--cache-dir ../../.mypy_cache -p retrieval_pipeline
 
