@@ -112,10 +112,16 @@ class TestTokenCap:
 class TestIdentifiers:
     @pytest.mark.parametrize(
         "token",
-        ["ERR_CONN_RESET", "v2.3.1", "getUserById", "x86_64", "2.3.1", "INC-2107"],
+        ["ERR_CONN_RESET", "v2.3.1", "getUserById", "x86_64", "76-85", "INC-2107"],
     )
     def test_identifier_tokens_are_kept_intact(self, token: str) -> None:
         assert token.lower() in extract_identifiers(f"see {token} now")
+
+    @pytest.mark.parametrize("number", ["2.5", "0.05", "2.3.1", "10"])
+    def test_plain_numbers_are_not_identifiers(self, number: str) -> None:
+        # PostgreSQL's parser keeps a decimal or dotted number whole as a prose
+        # lexeme; as an identifier too it would count twice.
+        assert extract_identifiers(f"at {number} now") == ()
 
     def test_plain_words_are_not_identifiers(self) -> None:
         assert extract_identifiers("The quick brown fox, twice.") == ()
