@@ -45,10 +45,13 @@ class WebQuery:
 
 
 _PHRASE = re.compile(r'(?<![\w-])"([^"]+)"')
-# An exclusion is one or more dashes before a term that is not itself dashes: a run
-# of dashes is punctuation, not nested negations (websearch_to_tsquery overflows its
-# stack on a few dozen of them).
-_EXCLUSION = re.compile(r'(?<!\S)-+("[^"]*\w[^"]*"|[^\s"\-][^\s"]*)')
+# An exclusion is one dash before a quoted phrase or a word of two or more
+# characters starting with a letter. Command-line syntax is text, not negation:
+# "octave --eval", "mkoctfile --mex" and "python -m venv" ask about those options
+# (issue 18: read as exclusions, they removed every chunk that documents them), and
+# "-10" is a number. A run of dashes is punctuation, never nested negations
+# (websearch_to_tsquery overflows its stack on a few dozen of them).
+_EXCLUSION = re.compile(r'(?<!\S)-(?!-)("[^"]*\w[^"]*"|[^\W\d_][^\s"]+)')
 
 
 def parse_websearch(query: str) -> WebQuery:
