@@ -447,6 +447,11 @@ def channel_runs(
 ) -> dict[str, dict[str, list[str]]]:
     """Our two channels, our hybrid (the default fusion) and RRF over our channels.
 
+    The hybrid's page ranking is read from its top 50 chunks ("plain retrieve", the
+    ranker's quality) and from its top ``LIMIT`` chunks, the pipeline's own answer
+    size (the pipeline spreads those chunks over pages; a plain top 10 often holds
+    several chunks of one page, so fewer pages).
+
     Also keeps each question's channel lists (depth 100) where bench/fusion.py
     reads them (``channels-<site>-<split>.json``), so the fusion study covers the
     site's dev split beside the shared sets'.
@@ -480,6 +485,7 @@ def channel_runs(
         "our dense": {},
         "rrf(our lexical, our dense)": {},
         "our hybrid (plain retrieve)": {},
+        f"our hybrid, {LIMIT} chunks": {},
     }
     for q in questions:
         channels = lists[q["id"]]
@@ -489,8 +495,12 @@ def channel_runs(
         hits = retriever.retrieve(
             q["question"], limit=50, tenant="", embed_deadline_s=QUALITY_DEADLINE_S
         )
-        runs["our hybrid (plain retrieve)"][q["id"]] = chunks_to_documents(
-            [h.document_id for h in hits]
+        ranked = [h.document_id for h in hits]
+        runs["our hybrid (plain retrieve)"][q["id"]] = chunks_to_documents(ranked)
+        # The same ranking cut where the pipeline's answer is cut (LIMIT chunks):
+        # what a caller of plain retrieve with the pipeline's budget gets.
+        runs[f"our hybrid, {LIMIT} chunks"][q["id"]] = chunks_to_documents(
+            ranked[:LIMIT]
         )
     return runs
 
@@ -534,10 +544,10 @@ def split_tables(
         comparisons["our lexical vs bm25s"] = paired_test(
             [per["bm25s"][q] for q in qids], [per["our lexical"][q] for q in qids]
         ).to_dict()
-        comparisons["pipeline vs our hybrid (plain retrieve)"] = paired_test(
-            [per["our hybrid (plain retrieve)"][q] for q in qids],
-            [per["pipeline"][q] for q in qids],
-        ).to_dict()
+        for hybrid in ("our hybrid (plain retrieve)", f"our hybrid, {LIMIT} chunks"):
+            comparisons[f"pipeline vs {hybrid}"] = paired_test(
+                [per[hybrid][q] for q in qids], [per["pipeline"][q] for q in qids]
+            ).to_dict()
         comparisons[f"pipeline, site links {other} vs pipeline"] = paired_test(
             [per[f"pipeline, site links {other}"][q] for q in qids],
             [per["pipeline"][q] for q in qids],
