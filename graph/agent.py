@@ -17,7 +17,7 @@ falls back to its own defaults for a foreign context, so both work together.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, NotRequired
 
@@ -29,7 +29,9 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from retrieval_pipeline.errors import InvalidQueryError
+from retrieval_pipeline.graph.state import RetrievalDebug, Scope
 from retrieval_pipeline.retriever import citation_label, format_evidence
+from retrieval_pipeline.tools.store.records import ChunkOutput
 
 NO_MODEL = (
     "No chat model is configured (set OPENAI_API_KEY or OPENAI_BASE_URL, or pass "
@@ -53,42 +55,36 @@ class AgentContext:
     evidence_tokens: int = EVIDENCE_TOKENS
 
 
-class AgentInput(TypedDict):
+class AgentInput(Scope):
     """A question (or chat messages), with the caller's scope."""
 
     question: NotRequired[str]
     messages: NotRequired[list[AnyMessage]]
-    limit: NotRequired[int]
-    doc_ids: NotRequired[list[str] | None]
-    principals: NotRequired[list[str]]
-    tenant: NotRequired[str | None]
 
 
-class AgentOutput(TypedDict):
-    """The answer, its citations, the conversation and the pipeline's debug block."""
+class AgentAnswer(TypedDict):
+    """What the agent writes: the answer, its citations, the pipeline's debug block."""
 
     answer: str
     citations: list[dict[str, Any]]
+    retrieval_debug: RetrievalDebug
+
+
+class AgentOutput(AgentAnswer):
+    """The answer, its citations, the conversation and the pipeline's debug block."""
+
     messages: list[AnyMessage]
-    retrieval_debug: dict[str, Any]
 
 
-class AgentState(TypedDict):
-    """Parent state; ``question``...``tenant`` feed the pipeline subgraph's input."""
+class AgentState(Scope, AgentAnswer):
+    """Parent state; ``question`` and the scope feed the pipeline subgraph's input."""
 
     messages: Annotated[list[AnyMessage], add_messages]
     question: str
-    limit: NotRequired[int]
-    doc_ids: NotRequired[list[str] | None]
-    principals: NotRequired[list[str]]
-    tenant: NotRequired[str | None]
-    chunks: list[dict[str, Any]]
-    retrieval_debug: dict[str, Any]
-    answer: str
-    citations: list[dict[str, Any]]
+    chunks: list[ChunkOutput]
 
 
-def _citation(number: int, chunk: dict[str, Any]) -> dict[str, Any]:
+def _citation(number: int, chunk: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "marker": f"[{number}]",
         "chunk_id": chunk["chunk_id"],
@@ -103,7 +99,7 @@ def _citation(number: int, chunk: dict[str, Any]) -> dict[str, Any]:
 
 
 def bind_citations(
-    answer: str, evidence: list[dict[str, Any]]
+    answer: str, evidence: Sequence[Mapping[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Citations for every valid ``[n]`` in ``answer``; also the invalid markers."""
     cited: list[dict[str, Any]] = []
@@ -221,7 +217,10 @@ def _make_answer(
 
 
 def _evidence_only(
-    note: str, evidence_text: str, evidence: list[dict[str, Any]], state: AgentState
+    note: str,
+    evidence_text: str,
+    evidence: Sequence[Mapping[str, Any]],
+    state: AgentState,
 ) -> dict[str, Any]:
     citations = [_citation(i, c) for i, c in enumerate(evidence, start=1)]
     return _reply(f"{note}\n\n{evidence_text}", citations, state)

@@ -6,9 +6,12 @@ graph runs unchanged under LangServe, LangGraph Studio and as a subgraph.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NotRequired
+from collections.abc import Mapping
+from typing import Annotated, Any, NotRequired, cast
 
 from typing_extensions import TypedDict
+
+from retrieval_pipeline.tools.store.records import ChunkOutput
 
 
 class Candidate(TypedDict):
@@ -23,6 +26,9 @@ class Candidate(TypedDict):
     """True when graph fusion contributed the chunk."""
     rerank_score: NotRequired[float]
     """Calibrated cross-encoder score in [0, 1], when a reranker scored the chunk."""
+    channel_scores: NotRequired[dict[str, float]]
+    """Raw score per channel, best over the branches; only when the caller asked for
+    debug (a raw BM25 score is a side channel, issue 15)."""
 
 
 def merge_pool(
@@ -51,15 +57,75 @@ def merge_pool(
         rerank = incoming.get("rerank_score", current.get("rerank_score"))
         if rerank is not None:
             combined["rerank_score"] = rerank
+        if "channel_scores" in current or "channel_scores" in incoming:
+            scores = dict(current.get("channel_scores", {}))
+            for channel, raw in incoming.get("channel_scores", {}).items():
+                scores[channel] = max(raw, scores.get(channel, raw))
+            combined["channel_scores"] = scores
         merged[chunk_id] = combined
     return merged
 
 
+class Fallback(TypedDict):
+    """A stage that fell back, and why (spec: degrade, never fail silently)."""
+
+    stage: str
+    reason: str
+
+
+class BranchDebug(TypedDict, total=False):
+    """One retrieval branch in the debug block; timings only with debug."""
+
+    branch: str
+    channels: list[str]
+    candidates: int
+    lexical_ms: float
+    lexical_mode: str
+    dense_ms: float
+    embed_ms: float
+
+
+class RetrievalDebug(TypedDict, total=False):
+    """The debug block (``retrieval_debug``; ``retrievalDebug`` in JSON).
+
+    Every key is optional: each stage writes its own, and :func:`merge_debug` joins
+    them. Timings, raw scores and the index revision appear only with ``debug``.
+    """
+
+    path: str
+    """``pipeline`` or ``plain_retrieve``."""
+    rewrite: str | None
+    sub_queries: list[str]
+    is_ambiguous: bool
+    freshness: str | None
+    filters: dict[str, Any]
+    candidate_pool: int
+    graph_added: int
+    graph_boosted: int
+    graph_seed_entities: int
+    graph_expanded_entities: int
+    graph_documents: int
+    reranked: bool
+    reranker_kind: str
+    assembled_tokens: int
+    assembled_chunks: int
+    token_method: str
+    duplicates_dropped: int
+    budget_dropped: int
+    document_share_dropped: int
+    fallbacks: list[Fallback]
+    branches: list[BranchDebug]
+    stage_ms: dict[str, float]
+    index_revision: str | None
+    invalid_citations: list[str]
+    """Citation markers an agent's answer used that match no evidence passage."""
+
+
 def merge_debug(
-    left: dict[str, Any] | None, right: dict[str, Any] | None
-) -> dict[str, Any]:
+    left: RetrievalDebug | None, right: RetrievalDebug | None
+) -> RetrievalDebug:
     """Merge debug blocks: lists concatenate, timings add up, the rest overwrite."""
-    merged = dict(left or {})
+    merged: dict[str, Any] = dict(left or {})
     for key, value in (right or {}).items():
         if key in ("fallbacks", "branches") and isinstance(value, list):
             merged[key] = [*merged.get(key, []), *value]
@@ -70,14 +136,12 @@ def merge_debug(
             merged[key] = stage_ms
         else:
             merged[key] = value
-    return merged
+    return cast(RetrievalDebug, merged)
 
 
-class PipelineInput(TypedDict):
-    """What a caller sends."""
+class Scope(TypedDict):
+    """The caller's answer budget and access scope (pipeline and agent inputs)."""
 
-    question: str
-    """The user's question."""
     limit: NotRequired[int]
     """Answer budget: how many chunks to return (default 8)."""
     doc_ids: NotRequired[list[str] | None]
@@ -86,6 +150,13 @@ class PipelineInput(TypedDict):
     """ACL principals the caller holds; none means public documents only."""
     tenant: NotRequired[str | None]
     """Tenant scope; a tenant caller never sees another tenant's documents."""
+
+
+class PipelineInput(Scope):
+    """What a caller sends."""
+
+    question: str
+    """The user's question."""
     debug: NotRequired[bool]
     """Include timings, raw channel scores and the index revision (default False).
 
@@ -96,8 +167,10 @@ class PipelineInput(TypedDict):
 class PipelineOutput(TypedDict):
     """What the pipeline returns: the chunks and the debug block only."""
 
-    chunks: list[dict[str, Any]]
-    retrieval_debug: dict[str, Any]
+    chunks: list[ChunkOutput]
+    """The final ranked chunks with provenance (one shape on every route)."""
+    retrieval_debug: Annotated[RetrievalDebug, merge_debug]
+    """Counters, timings, fallbacks (serialised in camelCase by :func:`to_json`)."""
 
 
 class BranchInput(TypedDict):
@@ -107,6 +180,7 @@ class BranchInput(TypedDict):
     channels: list[str]
     branch: str
     question: str
+    """The validated question (see ``PipelineState.query``)."""
     doc_ids: NotRequired[list[str] | None]
     principals: NotRequired[list[str]]
     tenant: NotRequired[str | None]
@@ -116,6 +190,7 @@ class BranchInput(TypedDict):
     boost_entity_types: NotRequired[list[str]]
     debug: NotRequired[bool]
     trace_key: NotRequired[str | None]
+    run_key: str
 
 
 def keep_trace_key(left: str | None, right: str | None) -> str | None:
@@ -123,29 +198,24 @@ def keep_trace_key(left: str | None, right: str | None) -> str | None:
     return left or right
 
 
-class PipelineState(TypedDict):
-    """The whole state (input + working keys + output)."""
+class PipelineState(PipelineInput, PipelineOutput):
+    """The whole state: the input, the output, and the working keys below."""
 
-    question: str
-    limit: NotRequired[int]
-    doc_ids: NotRequired[list[str] | None]
-    principals: NotRequired[list[str]]
-    tenant: NotRequired[str | None]
-    debug: NotRequired[bool]
-    """Whether the caller may see timings, raw scores and the index revision."""
+    query: NotRequired[str]
+    """The question validated once, at the start (NUL bytes and lone surrogates
+    replaced, stripped); written by the first stage."""
+    run_key: NotRequired[str]
+    """Opaque key of this run, made at the start; names what one stage hands on to
+    the next outside the state (:meth:`PipelineResources.hand_on_rows`)."""
     trace_key: Annotated[str | None, keep_trace_key]
     """Opaque per-run key under which the operator trace collects timings
     (:mod:`retrieval_pipeline.observability`); set only while tracing is active."""
     understanding: NotRequired[dict[str, Any] | None]
     """The judge's structured result, when understanding ran."""
     effective_query: NotRequired[str]
-    """The query actually run: the rewrite, or the raw question."""
+    """The query actually run: the rewrite, or the validated question."""
     candidate_pool: Annotated[dict[str, Candidate], merge_pool]
     """Chunks gathered by every branch and by graph fusion, merged by chunk id."""
-    chunks: list[dict[str, Any]]
-    """The final ranked chunks with provenance."""
-    retrieval_debug: Annotated[dict[str, Any], merge_debug]
-    """Counters, timings, fallbacks (serialised in camelCase by :func:`to_json`)."""
 
 
 def camel(name: str) -> str:
@@ -154,12 +224,12 @@ def camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def to_json(output: PipelineOutput | dict[str, Any]) -> dict[str, Any]:
+def to_json(output: PipelineOutput | Mapping[str, Any]) -> dict[str, Any]:
     """The JSON form: ``chunks`` plus ``retrievalDebug`` in the spec's camelCase.
 
     Chunks keep their snake_case fields (they are data, not the spec's debug block).
     """
-    debug = output.get("retrieval_debug", {})
+    debug: Mapping[str, Any] = output.get("retrieval_debug", {})
     converted: dict[str, Any] = {}
     for key, value in debug.items():
         if key == "stage_ms" and isinstance(value, dict):

@@ -1,9 +1,13 @@
-"""Helpers every node uses: resources, context and timing."""
+"""Helpers every node uses: resources, context, timing, and closing a run.
+
+A node is a plain function ``verb_noun(state, runtime, resources)``; the builder binds
+the pipeline's resources (:mod:`retrieval_pipeline.graph.builder`).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -12,17 +16,20 @@ from langgraph.runtime import Runtime
 from retrieval_pipeline.auth import bind_state
 from retrieval_pipeline.graph.context import Context, resolve_context
 from retrieval_pipeline.graph.resources import PipelineResources
-from retrieval_pipeline.observability import record_timings, stage_event
-from retrieval_pipeline.tools.retrieve import clean_query
+from retrieval_pipeline.graph.state import Fallback, RetrievalDebug
+from retrieval_pipeline.observability import (
+    emit_trace,
+    record_timings,
+    stage_event,
+    take_timings,
+    trace_record,
+)
 from retrieval_pipeline.tools.store.store import AccessScope
 
 
 def query_of(state: Mapping[str, Any]) -> str:
-    """The query the later stages run: the rewrite, else the cleaned question.
-
-    Cleaned as every channel cleans it (NUL bytes and lone surrogates replaced).
-    """
-    return state.get("effective_query") or clean_query(state["question"])
+    """The query the later stages run: the rewrite, else the validated question."""
+    return str(state.get("effective_query") or state["query"])
 
 
 def context_of(runtime: Runtime[Any] | None) -> Context:
@@ -37,7 +44,7 @@ def shows_debug(state: Mapping[str, Any]) -> bool:
 
 @contextmanager
 def stage_timer(
-    debug: dict[str, Any], stage: str, state: Mapping[str, Any]
+    debug: RetrievalDebug, stage: str, state: Mapping[str, Any]
 ) -> Iterator[None]:
     """Time a stage for the operator trace, and for the caller only with debug.
 
@@ -62,7 +69,7 @@ def stage_timer(
             stage_event(stage, "end")
 
 
-def fallback(stage: str, reason: str) -> dict[str, str]:
+def fallback(stage: str, reason: str) -> Fallback:
     """A fallback record for the debug block."""
     return {"stage": stage, "reason": reason}
 
@@ -79,3 +86,42 @@ def access_scope(resources: PipelineResources, state: Mapping[str, Any]) -> Acce
         tenant=state.get("tenant"),
         doc_ids=state.get("doc_ids"),
     )
+
+
+def run_revision(
+    resources: PipelineResources, state: Mapping[str, Any], tracing: bool
+) -> str | None:
+    """The index revision (one SQL call), read only when someone will see it.
+
+    A debug caller sees it in the debug block; the operator trace always holds it.
+    """
+    if not tracing and not shows_debug(state):
+        return None
+    return resources.store.index_revision(bind_state(state).get("tenant") or "")
+
+
+def emit_run_trace(
+    state: Mapping[str, Any],
+    debug: RetrievalDebug,
+    chunks: Sequence[Mapping[str, Any]],
+    trace_key: str | None,
+    revision: str | None,
+) -> None:
+    """Send the finished run's operator trace record (never returned to a caller)."""
+    emit_trace(trace_record(state, operator_debug(debug, trace_key, revision), chunks))
+
+
+def operator_debug(
+    debug: RetrievalDebug, trace_key: str | None, revision: str | None
+) -> dict[str, Any]:
+    """The debug block as the operator trace sees it (never returned to a caller).
+
+    It holds the run's timings and the index revision, whatever the caller was shown.
+    """
+    timings = take_timings(trace_key)
+    return {
+        **debug,
+        "stage_ms": timings["stage_ms"] or debug.get("stage_ms", {}),
+        "branches": timings["branches"] or debug.get("branches", []),
+        "index_revision": revision,
+    }

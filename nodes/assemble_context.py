@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
 
-from retrieval_pipeline.graph.context import DEFAULT_LIMIT
+from retrieval_pipeline.graph.context import DEFAULT_LIMIT, Context
 from retrieval_pipeline.graph.resources import PipelineResources
-from retrieval_pipeline.graph.state import Candidate, PipelineState
-from retrieval_pipeline.nodes._common import access_scope, context_of, stage_timer
+from retrieval_pipeline.graph.state import (
+    Candidate,
+    PipelineState,
+    RetrievalDebug,
+    merge_debug,
+)
+from retrieval_pipeline.nodes._common import (
+    access_scope,
+    context_of,
+    emit_run_trace,
+    run_revision,
+    shows_debug,
+    stage_timer,
+)
+from retrieval_pipeline.observability import tracing_active
 from retrieval_pipeline.tools.assembly import AssemblyItem, assemble
+from retrieval_pipeline.tools.store.records import (
+    ChunkOutput,
+    RetrievedChunk,
+    chunk_output,
+)
 
 
 def relevance(candidate: Candidate) -> float:
@@ -19,80 +37,107 @@ def relevance(candidate: Candidate) -> float:
     return candidate.get("rerank_score", candidate["score"])
 
 
-def chunk_output(row: dict[str, Any], candidate: Candidate) -> dict[str, Any]:
-    """The output form of a chunk: provenance, scores, ranks, graph_boosted."""
-    out: dict[str, Any] = {
-        "chunk_id": candidate["chunk_id"],
-        "document_id": row["source_id"],
-        "title": row["title"],
-        "text": row["content"],
-        "heading_path": list(row["heading_path"]),
-        "source_uri": row["source_uri"],
-        "revision": row["revision"],
-        "char_start": row["char_start"],
-        "char_end": row["char_end"],
-        "page_start": row["page_start"],
-        "page_end": row["page_end"],
-        "token_count": row["token_count"],
-        "parser_version": row["parser_version"],
-        "embedding_model": row["embedding_model"],
-        "embedding_version": row["embedding_version"],
-        "updated_at": row["updated_at"].isoformat(),
-        "score": candidate["score"],
-        "ranks": dict(candidate["ranks"]),
-        "graph_boosted": candidate["graph_boosted"],
-    }
-    if "rerank_score" in candidate:
-        out["rerank_score"] = candidate["rerank_score"]
-    return out
+def candidate_output(
+    row: Mapping[str, Any], candidate: Candidate, *, debug: bool
+) -> ChunkOutput:
+    """A pool candidate as the pipeline returns it (:func:`chunk_output`)."""
+    chunk = RetrievedChunk.from_row(
+        row,
+        score=candidate["score"],
+        ranks=candidate["ranks"],
+        channel_scores=candidate.get("channel_scores"),
+    )
+    return chunk_output(
+        chunk,
+        graph_boosted=candidate["graph_boosted"],
+        rerank_score=candidate.get("rerank_score"),
+        debug=debug,
+    )
 
 
-def make_assemble_context(
-    resources: PipelineResources,
-) -> Callable[[PipelineState, Runtime[Any]], dict[str, Any]]:
-    """Build the node: pack the pool into the budget, cap at the answer budget."""
-
-    def assemble_context(state: PipelineState, runtime: Runtime[Any]) -> dict[str, Any]:
-        ctx = context_of(runtime)
-        pool = state.get("candidate_pool", {})
-        # The whole pool: every branch's wide retrieve plus what graph fusion added.
-        ranked = sorted(pool.values(), key=lambda c: (-relevance(c), c["chunk_id"]))
-        scope = access_scope(resources, state)
-        debug: dict[str, Any] = {}
-        with stage_timer(debug, "assemble_context", state):
-            rows = resources.store.fetch_chunks([c["chunk_id"] for c in ranked], scope)
-            ranked = [c for c in ranked if c["chunk_id"] in rows]
-            result = assemble(
-                [
-                    AssemblyItem(
-                        c["chunk_id"],
-                        rows[c["chunk_id"]]["document_id"],
-                        rows[c["chunk_id"]]["content"],
-                        relevance(c),
-                    )
-                    for c in ranked
-                ],
-                resources.counter,
-                token_budget=ctx.token_budget,
-                max_chunks=ctx.max_chunks,
-                mmr_lambda=ctx.mmr_lambda,
-                duplicate_jaccard=ctx.duplicate_jaccard,
-                document_share=ctx.document_share,
-                document_chunks=ctx.document_chunks or None,
-            )
-        by_id = {c["chunk_id"]: c for c in ranked}
-        limit = state.get("limit", DEFAULT_LIMIT)
-        selected = result.selected[:limit]
-        chunks = [chunk_output(rows[i], by_id[i]) for i in selected]
-        debug.update(
-            candidate_pool=len(ranked),
-            assembled_tokens=sum(result.token_counts[i] for i in selected),
-            token_method=resources.counter.method,
-            duplicates_dropped=len(result.dropped_duplicates),
-            budget_dropped=len(result.dropped_budget),
-            document_share_dropped=len(result.dropped_document_share),
-            assembled_chunks=len(chunks),
+def assemble_context(
+    state: PipelineState, runtime: Runtime[Any], resources: PipelineResources
+) -> dict[str, Any]:
+    """Pack the pool into the token budget, cap at the answer budget, close the run."""
+    ctx = context_of(runtime)
+    pool = state.get("candidate_pool", {})
+    # The whole pool: every branch's wide retrieve plus what graph fusion added.
+    ranked = sorted(pool.values(), key=lambda c: (-relevance(c), c["chunk_id"]))
+    debug: RetrievalDebug = {}
+    with stage_timer(debug, "assemble_context", state):
+        rows = _pool_rows(state, resources, [c["chunk_id"] for c in ranked])
+        ranked = [c for c in ranked if c["chunk_id"] in rows]
+        result = assemble(
+            [
+                AssemblyItem(
+                    c["chunk_id"],
+                    rows[c["chunk_id"]]["document_id"],
+                    rows[c["chunk_id"]]["content"],
+                    relevance(c),
+                )
+                for c in ranked
+            ],
+            resources.counter,
+            token_budget=ctx.token_budget,
+            max_chunks=ctx.max_chunks,
+            mmr_lambda=ctx.mmr_lambda,
+            duplicate_jaccard=ctx.duplicate_jaccard,
+            document_share=ctx.document_share,
+            document_chunks=ctx.document_chunks or None,
         )
-        return {"chunks": chunks, "retrieval_debug": debug}
+    by_id = {c["chunk_id"]: c for c in ranked}
+    selected = result.selected[: state.get("limit", DEFAULT_LIMIT)]
+    shown = shows_debug(state)
+    chunks = [candidate_output(rows[i], by_id[i], debug=shown) for i in selected]
+    debug.update(
+        {
+            "candidate_pool": len(ranked),
+            "assembled_tokens": sum(result.token_counts[i] for i in selected),
+            "token_method": resources.counter.method,
+            "duplicates_dropped": len(result.dropped_duplicates),
+            "budget_dropped": len(result.dropped_budget),
+            "document_share_dropped": len(result.dropped_document_share),
+            "assembled_chunks": len(chunks),
+        }
+    )
+    tracing = tracing_active()
+    revision = run_revision(resources, state, tracing)
+    summary = run_summary(state, resources, ctx)
+    if shown:
+        summary["index_revision"] = revision
+    debug = {**summary, **debug}
+    if tracing:
+        whole = merge_debug(state.get("retrieval_debug", {}), debug)
+        emit_run_trace(state, whole, chunks, state.get("trace_key"), revision)
+    return {"chunks": chunks, "retrieval_debug": debug}
 
-    return assemble_context
+
+def _pool_rows(
+    state: PipelineState, resources: PipelineResources, chunk_ids: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The pool's rows: those the reranker handed on, else fetched now."""
+    scope = access_scope(resources, state)
+    handed = resources.take_rows(state["run_key"], scope, chunk_ids)
+    if handed is not None:
+        return handed
+    return resources.store.fetch_chunks(chunk_ids, scope)
+
+
+def run_summary(
+    state: PipelineState, resources: PipelineResources, ctx: Context
+) -> RetrievalDebug:
+    """The run-level fields of the debug block (what ran, what it changed)."""
+    seen = state.get("retrieval_debug", {})
+    understanding = state.get("understanding") or {}
+    question = state["query"]
+    effective = state.get("effective_query") or question
+    return {
+        "path": "pipeline",
+        "rewrite": effective if effective != question else None,
+        "sub_queries": understanding.get("sub_queries", []),
+        "graph_added": seen.get("graph_added", 0),
+        "reranked": seen.get("reranked", False),
+        "reranker_kind": seen.get(
+            "reranker_kind", resources.reranker_for(ctx.reranker).kind
+        ),
+    }

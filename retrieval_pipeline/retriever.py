@@ -11,7 +11,7 @@ model writes into a tool call can widen it; a tool call's ``doc_ids`` only narro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -37,7 +37,7 @@ TOOL_DESCRIPTION = (
 )
 
 
-def citation_label(chunk: dict[str, Any]) -> str:
+def citation_label(chunk: Mapping[str, Any]) -> str:
     """How a chunk is cited: ``manual.pdf p. 14``, ``pp. 14–15``, or just the source.
 
     The name is the source file's name (the document id for a record inside a
@@ -53,7 +53,7 @@ def citation_label(chunk: dict[str, Any]) -> str:
     return f"{name} {pages}" if pages else name
 
 
-def chunk_to_document(chunk: dict[str, Any]) -> Document:
+def chunk_to_document(chunk: Mapping[str, Any]) -> Document:
     """A pipeline chunk as a LangChain ``Document`` (text + provenance metadata)."""
     metadata = {key: value for key, value in chunk.items() if key != "text"}
     return Document(
@@ -161,18 +161,18 @@ def narrow_scope(
 
 
 def format_evidence(
-    chunks: Sequence[dict[str, Any]],
+    chunks: Sequence[Mapping[str, Any]],
     *,
     max_tokens: int | None = None,
     counter: TokenCounter | None = None,
-) -> tuple[str, list[dict[str, Any]]]:
+) -> tuple[str, list[Mapping[str, Any]]]:
     """Numbered, cited passages within ``max_tokens``; returns (text, cited chunks).
 
     Whole passages only: the first passage that does not fit ends the list.
     """
     counter = counter or default_token_counter()
     blocks: list[str] = []
-    cited: list[dict[str, Any]] = []
+    cited: list[Mapping[str, Any]] = []
     used = 0
     for chunk in chunks:
         number = len(blocks) + 1

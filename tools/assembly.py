@@ -131,6 +131,45 @@ def assemble(
     ``document_chunks`` caps the passages of one document (None: no cap); the
     pipeline passes :data:`DOCUMENT_CHUNKS`.
     """
+    _check_settings(
+        token_budget, max_chunks, mmr_lambda, duplicate_jaccard, document_chunks
+    )
+    if not items:
+        return AssemblyResult([], 0)
+    budget = _Budget(
+        counter,
+        token_budget=token_budget,
+        per_document_cap=max(1, int(token_budget * document_share)),
+        document_chunks=document_chunks,
+    )
+    chosen = _greedy_mmr(
+        items,
+        budget,
+        max_chunks=max_chunks,
+        mmr_lambda=mmr_lambda,
+        duplicate_jaccard=duplicate_jaccard,
+    )
+    fill = budget.fill(room=max_chunks - len(chosen))
+    # Front-load: strongest evidence first (MMR order only decided membership); the
+    # fill passages come after every other source's, strongest first among them.
+    chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))
+    fill.sort(key=lambda i: (-i.relevance, i.chunk_id))
+    chosen += fill
+    result = budget.result
+    result.selected = [item.chunk_id for item in chosen]
+    result.token_counts = {
+        item.chunk_id: budget.tokens[item.chunk_id] for item in chosen
+    }
+    return result
+
+
+def _check_settings(
+    token_budget: int,
+    max_chunks: int,
+    mmr_lambda: float,
+    duplicate_jaccard: float,
+    document_chunks: int | None,
+) -> None:
     if token_budget < 1 or max_chunks < 1:
         raise ConfigurationError("token_budget and max_chunks must be positive")
     if document_chunks is not None and document_chunks < 1:
@@ -141,30 +180,105 @@ def assemble(
         raise ConfigurationError(
             "mmr_lambda must be in [0, 1] and duplicate_jaccard in (0, 1]"
         )
-    if not items:
-        return AssemblyResult([], 0)
-    # Scale by the best score so relevance and Jaccard share [0, 1] while keeping
-    # the gaps proportional (min-max would make the weakest candidate worthless).
+
+
+@dataclass
+class _Budget:
+    """The token budget, each document's share and chunk cap, and what they left out."""
+
+    counter: TokenCounter
+    token_budget: int
+    per_document_cap: int
+    document_chunks: int | None
+    result: AssemblyResult = field(default_factory=lambda: AssemblyResult([], 0))
+    tokens: dict[str, int] = field(default_factory=dict)
+    """Counted only for the candidates actually considered."""
+    used_by_document: dict[str, int] = field(default_factory=dict)
+    chunks_by_document: dict[str, int] = field(default_factory=dict)
+    capped: list[AssemblyItem] = field(default_factory=list)
+    """Passages past their document's chunk cap, in the order MMR met them."""
+
+    def admit(self, item: AssemblyItem) -> bool:
+        """Take ``item`` if it fits; else record why not (or keep it as capped)."""
+        cost = self.tokens[item.chunk_id] = _cached_tokens(item, self.counter)
+        if self.result.tokens + cost > self.token_budget:
+            self.result.dropped_budget.append(item.chunk_id)
+            return False
+        # The first passage of a document always fits its share; later ones must.
+        used = self.used_by_document.get(item.document_id, 0)
+        passages = self.chunks_by_document.get(item.document_id, 0)
+        if used and used + cost > self.per_document_cap:
+            self.result.dropped_document_share.append(item.chunk_id)
+            return False
+        if self.document_chunks is not None and passages >= self.document_chunks:
+            self.capped.append(item)  # taken back by fill() if slots are left over
+            return False
+        self.used_by_document[item.document_id] = used + cost
+        self.chunks_by_document[item.document_id] = passages + 1
+        self.result.tokens += cost
+        return True
+
+    def fill(self, room: int) -> list[AssemblyItem]:
+        """Capped passages for the slots left (the cap never shortens the context).
+
+        If the pool ran out of other sources, capped passages fill the ``room`` slots
+        left, in the order MMR met them, still within the budget and the document's
+        token share; they go after the other sources (a caller's limit cuts them
+        first).
+        """
+        fill: list[AssemblyItem] = []
+        for extra in self.capped:
+            if len(fill) >= room:
+                self.result.dropped_document_share.append(extra.chunk_id)
+                continue
+            cost = self.tokens[extra.chunk_id] = _cached_tokens(extra, self.counter)
+            used = self.used_by_document.get(extra.document_id, 0)
+            if (
+                self.result.tokens + cost > self.token_budget
+                or used + cost > self.per_document_cap
+            ):
+                self.result.dropped_document_share.append(extra.chunk_id)
+                continue
+            fill.append(extra)
+            self.used_by_document[extra.document_id] = used + cost
+            self.result.tokens += cost
+        return fill
+
+
+def _normalised_relevance(items: Sequence[AssemblyItem]) -> dict[str, float]:
+    """Relevance divided by the pool's best, so it shares [0, 1] with Jaccard.
+
+    Scaling by the best score keeps the gaps proportional (min-max would make the
+    weakest candidate worthless).
+    """
     low = min(item.relevance for item in items)
     shift = -low if low < 0 else 0.0
     top = max(item.relevance for item in items) + shift or 1.0
-    norm = {item.chunk_id: (item.relevance + shift) / top for item in items}
-    tokens: dict[str, int] = {}  # counted only for the candidates actually picked
+    return {item.chunk_id: (item.relevance + shift) / top for item in items}
+
+
+def _greedy_mmr(
+    items: Sequence[AssemblyItem],
+    budget: _Budget,
+    *,
+    max_chunks: int,
+    mmr_lambda: float,
+    duplicate_jaccard: float,
+) -> list[AssemblyItem]:
+    """Choose chunks by greedy MMR within the budget; near-duplicates are dropped.
+
+    Lazy greedy MMR (Minoux 1978), exact: a candidate's redundancy (its max Jaccard
+    to the chosen chunks) only grows as chunks are chosen, so a score computed
+    against fewer chosen chunks is an upper bound. The heap holds those bounds; the
+    top entry is brought up to date and taken only if it still leads, so most
+    candidates are never compared (nor shingled) at all. Ties go to the earlier
+    position in the strongest-first order, exactly as a full scan would break them.
+    """
+    norm = _normalised_relevance(items)
     # Strongest first, ties by id: the first pick is always the top-scored chunk.
     ordered = sorted(items, key=lambda i: (-i.relevance, i.chunk_id))
-    per_document_cap = max(1, int(token_budget * document_share))
-    result = AssemblyResult([], 0)
-    used_by_document: dict[str, int] = {}
-    chunks_by_document: dict[str, int] = {}
-    capped: list[AssemblyItem] = []
     chosen: list[AssemblyItem] = []
     chosen_grams: list[frozenset[int]] = []
-    # Lazy greedy MMR (Minoux 1978), exact: a candidate's redundancy (its max Jaccard
-    # to the chosen chunks) only grows as chunks are chosen, so a score computed
-    # against fewer chosen chunks is an upper bound. The heap holds those bounds; the
-    # top entry is brought up to date and taken only if it still leads, so most
-    # candidates are never compared (nor shingled) at all. Ties go to the earlier
-    # position in ``ordered``, exactly as a full scan would break them.
     redundancy = [0.0] * len(ordered)
     compared = [0] * len(ordered)  # how many chosen chunks each entry has seen
     grams: dict[int, frozenset[int]] = {}
@@ -190,48 +304,9 @@ def assemble(
                 continue
         best = ordered[i]
         if redundancy[i] >= duplicate_jaccard:
-            result.dropped_duplicates.append(best.chunk_id)
+            budget.result.dropped_duplicates.append(best.chunk_id)
             continue
-        cost = tokens[best.chunk_id] = _cached_tokens(best, counter)
-        if result.tokens + cost > token_budget:
-            result.dropped_budget.append(best.chunk_id)
-            continue
-        # The first passage of a document always fits its share; later ones must.
-        used = used_by_document.get(best.document_id, 0)
-        passages = chunks_by_document.get(best.document_id, 0)
-        if used and used + cost > per_document_cap:
-            result.dropped_document_share.append(best.chunk_id)
-            continue
-        if document_chunks is not None and passages >= document_chunks:
-            capped.append(best)  # taken back below if slots are left over
-            continue
-        chosen.append(best)
-        chosen_grams.append(grams.get(i) or _cached_shingles(best))
-        used_by_document[best.document_id] = used + cost
-        chunks_by_document[best.document_id] = passages + 1
-        result.tokens += cost
-    # The chunk cap makes room for other sources; it never shortens the context. If
-    # the pool runs out of other sources, capped passages fill the slots left, in the
-    # order MMR met them, still within the budget and the document's token share,
-    # and are placed after the other sources (a caller's limit cuts them first).
-    fill: list[AssemblyItem] = []
-    for extra in capped:
-        if len(chosen) + len(fill) >= max_chunks:
-            result.dropped_document_share.append(extra.chunk_id)
-            continue
-        cost = tokens[extra.chunk_id] = _cached_tokens(extra, counter)
-        used = used_by_document.get(extra.document_id, 0)
-        if result.tokens + cost > token_budget or used + cost > per_document_cap:
-            result.dropped_document_share.append(extra.chunk_id)
-            continue
-        fill.append(extra)
-        used_by_document[extra.document_id] = used + cost
-        result.tokens += cost
-    # Front-load: strongest evidence first (MMR order only decided membership); the
-    # fill passages come after every other source's, strongest first among them.
-    chosen.sort(key=lambda i: (-i.relevance, i.chunk_id))
-    fill.sort(key=lambda i: (-i.relevance, i.chunk_id))
-    chosen += fill
-    result.selected = [item.chunk_id for item in chosen]
-    result.token_counts = {item.chunk_id: tokens[item.chunk_id] for item in chosen}
-    return result
+        if budget.admit(best):
+            chosen.append(best)
+            chosen_grams.append(grams.get(i) or _cached_shingles(best))
+    return chosen

@@ -94,6 +94,9 @@ class RetrievalTrace:
     fused_candidates: int = 0
     # Why the dense channel was skipped (the query embedding failed or was late).
     embed_fallback: str = ""
+    # Raw (chunk id -> score) per fused channel; a side channel (issue 15): a caller
+    # sees it only with debug.
+    channel_scores: dict[str, dict[str, float]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -280,6 +283,7 @@ class Retriever:
             embed_deadline_s=embed_deadline_s,
         )
         lists = {c: [i for i, _ in ranked[c]] for c in channels}
+        trace.channel_scores = {c: dict(ranked[c]) for c in channels}
         fused = fuse(
             {c: ranked[c] for c in channels},
             method=fusion or self.fusion,
@@ -346,24 +350,8 @@ class Retriever:
             if row is None:  # deleted between the channel query and the fetch
                 continue
             results.append(
-                RetrievedChunk(
-                    chunk_id=chunk_id,
-                    document_id=row["source_id"],
-                    title=row["title"],
-                    text=row["content"],
-                    body=row["body"],
-                    heading_path=tuple(row["heading_path"]),
-                    source_uri=row["source_uri"],
-                    revision=row["revision"],
-                    char_start=row["char_start"],
-                    char_end=row["char_end"],
-                    page_start=row["page_start"],
-                    page_end=row["page_end"],
-                    token_count=row["token_count"],
-                    parser_version=row["parser_version"],
-                    embedding_model=row["embedding_model"],
-                    embedding_version=row["embedding_version"],
-                    updated_at=row["updated_at"],
+                RetrievedChunk.from_row(
+                    row,
                     score=score,
                     ranks={
                         c: ranks[c][chunk_id] for c in CHANNELS if chunk_id in ranks[c]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
 
 _SPACE = re.compile(r"\s+")
 
@@ -112,6 +115,50 @@ class DocumentRecord:
     title_entity: bool = False  # the title names an entity whose home is this document
 
 
+class ChunkOutput(TypedDict):
+    """A chunk as every route returns it (plain retrieve, the pipeline, HTTP, tools).
+
+    Built only by :func:`chunk_output`. The keys are the same on every route:
+
+    - the provenance and score keys are always present; a value a source does not
+      have is ``null``, never a missing key (``page_start``/``page_end`` for a
+      source without pages);
+    - ``graph_boosted`` is always present (``False`` when no graph stage ran);
+    - two evidence keys appear only when that evidence exists, on every route alike:
+      ``rerank_score`` when a reranker scored the chunk (absent when no reranker ran
+      or it fell back), and ``channel_scores`` only when the caller asked for debug
+      (raw scores are a side channel, issue 15), then an object per chunk (empty for
+      a chunk no channel scored, such as one graph fusion added).
+    """
+
+    chunk_id: str
+    document_id: str
+    """The source's own id (BEIR ``_id``, path, front matter id)."""
+    title: str
+    text: str
+    """Heading path + body, as indexed."""
+    heading_path: list[str]
+    source_uri: str
+    revision: str
+    char_start: int
+    char_end: int
+    page_start: int | None
+    page_end: int | None
+    token_count: int
+    parser_version: str
+    embedding_model: str
+    embedding_version: str
+    updated_at: str
+    """ISO 8601."""
+    score: float
+    """Fused score in [0, 1] (or the graph chain score for a graph-added chunk)."""
+    ranks: dict[str, int]
+    """Best 1-based rank per channel (``lexical``, ``dense``)."""
+    graph_boosted: bool
+    rerank_score: NotRequired[float]
+    channel_scores: NotRequired[dict[str, float]]
+
+
 @dataclass(frozen=True)
 class RetrievedChunk:
     """A ranked chunk with its provenance and the evidence behind its rank."""
@@ -138,32 +185,79 @@ class RetrievedChunk:
     page_start: int | None = None  # first and last 1-based page (PDF); None: no pages
     page_end: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form (snake_case keys, ISO timestamps).
+    @classmethod
+    def from_row(
+        cls,
+        row: Mapping[str, Any],
+        *,
+        score: float,
+        ranks: Mapping[str, int],
+        channel_scores: Mapping[str, float] | None = None,
+    ) -> RetrievedChunk:
+        """A chunk from a fetched row (``Store.fetch_chunks``) and its scores."""
+        return cls(
+            chunk_id=row["id"],
+            document_id=row["source_id"],
+            title=row["title"],
+            text=row["content"],
+            body=row["body"],
+            heading_path=tuple(row["heading_path"]),
+            source_uri=row["source_uri"],
+            revision=row["revision"],
+            char_start=row["char_start"],
+            char_end=row["char_end"],
+            page_start=row["page_start"],
+            page_end=row["page_end"],
+            token_count=row["token_count"],
+            parser_version=row["parser_version"],
+            embedding_model=row["embedding_model"],
+            embedding_version=row["embedding_version"],
+            updated_at=row["updated_at"],
+            score=score,
+            ranks=dict(ranks),
+            channel_scores=dict(channel_scores or {}),
+        )
 
-        ``channel_scores`` appears only when filled, so a chunk has the same keys
-        on the plain path as on the pipeline's.
-        """
-        out = {
-            "chunk_id": self.chunk_id,
-            "document_id": self.document_id,
-            "title": self.title,
-            "text": self.text,
-            "heading_path": list(self.heading_path),
-            "source_uri": self.source_uri,
-            "revision": self.revision,
-            "char_start": self.char_start,
-            "char_end": self.char_end,
-            "page_start": self.page_start,
-            "page_end": self.page_end,
-            "token_count": self.token_count,
-            "parser_version": self.parser_version,
-            "embedding_model": self.embedding_model,
-            "embedding_version": self.embedding_version,
-            "updated_at": self.updated_at.isoformat(),
-            "score": self.score,
-            "ranks": dict(self.ranks),
-        }
-        if self.channel_scores:
-            out["channel_scores"] = dict(self.channel_scores)
-        return out
+    def to_dict(self) -> ChunkOutput:
+        """Return the JSON form (:class:`ChunkOutput`; see :func:`chunk_output`)."""
+        return chunk_output(self)
+
+
+def chunk_output(
+    chunk: RetrievedChunk,
+    *,
+    graph_boosted: bool = False,
+    rerank_score: float | None = None,
+    debug: bool | None = None,
+) -> ChunkOutput:
+    """The one place a chunk's output is built (:class:`ChunkOutput`, snake_case).
+
+    ``debug`` says whether the caller asked for raw channel scores; None infers it
+    from the chunk (a plain retrieve fills them only when asked).
+    """
+    out: ChunkOutput = {
+        "chunk_id": chunk.chunk_id,
+        "document_id": chunk.document_id,
+        "title": chunk.title,
+        "text": chunk.text,
+        "heading_path": list(chunk.heading_path),
+        "source_uri": chunk.source_uri,
+        "revision": chunk.revision,
+        "char_start": chunk.char_start,
+        "char_end": chunk.char_end,
+        "page_start": chunk.page_start,
+        "page_end": chunk.page_end,
+        "token_count": chunk.token_count,
+        "parser_version": chunk.parser_version,
+        "embedding_model": chunk.embedding_model,
+        "embedding_version": chunk.embedding_version,
+        "updated_at": chunk.updated_at.isoformat(),
+        "score": chunk.score,
+        "ranks": dict(chunk.ranks),
+        "graph_boosted": graph_boosted,
+    }
+    if rerank_score is not None:
+        out["rerank_score"] = rerank_score
+    if debug if debug is not None else bool(chunk.channel_scores):
+        out["channel_scores"] = dict(chunk.channel_scores)
+    return out
