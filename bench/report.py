@@ -726,7 +726,7 @@ def _documents_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     ingest = result.get("ingest_uncached") or result["ingest"]
     structure = result.get("structure")
     lines = [
-        "## Real documents: a documentation site (`bench/documents.py`)",
+        f"## Real documents: {result['site'].split(',')[0]} (`bench/documents.py`)",
         "",
     ]
     if structure:
@@ -948,8 +948,11 @@ def write_benchmarks_md() -> Path:
     quality = RESULTS / "quality.json"
     if quality.exists():
         lines += _quality_section(json.loads(quality.read_text()))
-    documents = RESULTS / "documents.json"
-    if documents.exists():
+    # One section per documentation site: python3doc (documents.json), then every
+    # other site bench/documents.py --site wrote (documents-<site>.json).
+    for documents in sorted(
+        RESULTS.glob("documents*.json"), key=lambda p: (p.stem != "documents", p.stem)
+    ):
         lines += _documents_section(json.loads(documents.read_text()))
     fusion = RESULTS / "fusion.json"
     if fusion.exists():
