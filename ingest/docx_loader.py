@@ -24,6 +24,29 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _MAX_HEADING_LEVEL = 6
 
 
+def _root_title(
+    document: Any, blocks: list[Any], title: str, path: Path
+) -> tuple[str, bool]:
+    """The root heading, and whether it is the document's first Title paragraph.
+
+    When it is, that paragraph is the root heading; otherwise a root line is written
+    and Title paragraphs are ordinary text.
+    """
+    first_title = next(
+        (
+            _clean(b.text)
+            for b in blocks
+            if not hasattr(b, "rows")
+            and _style_name(b).lower() == "title"
+            and _clean(b.text)
+        ),
+        "",
+    )
+    core_title = _clean(document.core_properties.title or "")
+    root = title.strip() or first_title or core_title or path.stem
+    return root, bool(first_title) and root == first_title
+
+
 def read_docx(path: Path, title: str = "") -> ExtractedText:
     """Extract ``path``'s text; raise :class:`IngestError` with the reason.
 
@@ -44,21 +67,7 @@ def read_docx(path: Path, title: str = "") -> ExtractedText:
             "Word .docx (not .doc) and ingest again",
         ) from exc
     blocks = list(document.iter_inner_content())
-    first_title = next(
-        (
-            _clean(b.text)
-            for b in blocks
-            if not hasattr(b, "rows")
-            and _style_name(b).lower() == "title"
-            and _clean(b.text)
-        ),
-        "",
-    )
-    core_title = _clean(document.core_properties.title or "")
-    root = title.strip() or first_title or core_title or path.stem
-    # The root heading is the first Title paragraph when it is the title; otherwise
-    # a root line is written and Title paragraphs are ordinary text.
-    titled = bool(first_title) and root == first_title
+    root, titled = _root_title(document, blocks, title, path)
     body: list[str] = [] if titled else [f"# {root}", ""]
     skip = 0 if titled else 2
     in_list = False

@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -425,29 +425,7 @@ class Ingestor:
         fresh = self.embedder.embed_each(texts) if texts else []
         summary.embed_seconds += time.perf_counter() - embed_started
         summary.embeddings_reused += len(reused) + sum(k in kept for k in wanted)
-        vectors: list[Sequence[float]] = []
-        failed: dict[int, str] = {}
-        fresh_iter = iter(fresh)
-        for index, item in enumerate(prepared):
-            stored = reused.get(index)
-            if stored is not None:
-                vectors.append(stored)
-                continue
-            for chunk in item.chunks:
-                previous = kept.get(keys[index, chunk.ordinal])
-                vector = previous if previous is not None else next(fresh_iter)
-                if isinstance(vector, EmbeddingUnavailable):
-                    failed.setdefault(index, vector.reason)
-                    vectors.append(())
-                else:
-                    vectors.append(vector)
-        good = [v for v in fresh if not isinstance(v, EmbeddingUnavailable)]
-        if good and len(good[0]) != self.embedder.dimension:
-            raise DimensionMismatchError(
-                f"the embedder '{self.embedder.model}' returned "
-                f"{len(good[0])}-dimensional "
-                f"vectors but declared {self.embedder.dimension}"
-            )
+        vectors, failed = self._vectors(prepared, reused, kept, keys, fresh)
         for index, reason in failed.items():
             logger.warning(
                 "not written: %s: %s", prepared[index].source.source_uri, reason
@@ -471,6 +449,40 @@ class Ingestor:
                 )
             cursor += count
         return records
+
+    def _vectors(
+        self,
+        prepared: list[_Prepared],
+        reused: Mapping[int, Sequence[float]],
+        kept: Mapping[str, Sequence[float]],
+        keys: Mapping[tuple[int, int], str],
+        fresh: Sequence[Sequence[float] | EmbeddingUnavailable],
+    ) -> tuple[list[Sequence[float]], dict[int, str]]:
+        """Every chunk's vector in order (reused, kept or fresh) and failed docs."""
+        vectors: list[Sequence[float]] = []
+        failed: dict[int, str] = {}
+        fresh_iter = iter(fresh)
+        for index, item in enumerate(prepared):
+            stored = reused.get(index)
+            if stored is not None:
+                vectors.append(stored)
+                continue
+            for chunk in item.chunks:
+                previous = kept.get(keys[index, chunk.ordinal])
+                vector = previous if previous is not None else next(fresh_iter)
+                if isinstance(vector, EmbeddingUnavailable):
+                    failed.setdefault(index, vector.reason)
+                    vectors.append(())
+                else:
+                    vectors.append(vector)
+        good = [v for v in fresh if not isinstance(v, EmbeddingUnavailable)]
+        if good and len(good[0]) != self.embedder.dimension:
+            raise DimensionMismatchError(
+                f"the embedder '{self.embedder.model}' returned "
+                f"{len(good[0])}-dimensional "
+                f"vectors but declared {self.embedder.dimension}"
+            )
+        return vectors, failed
 
     def _record(
         self,

@@ -126,61 +126,73 @@ def _vector(text: str | None) -> tuple[float, ...] | None:
     return parse_vector(text) if text else None
 
 
+def _collection_statement(
+    conn: psycopg.Connection[Any], source: LangchainSource
+) -> tuple[dict[str, Any], sql.Composable, dict[str, Any]]:
+    """A PGVector collection: its metadata and the statement reading its rows."""
+    found = conn.execute(
+        "SELECT uuid, cmetadata FROM langchain_pg_collection WHERE name = %s",
+        (source.collection,),
+    ).fetchone()
+    if found is None:
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM langchain_pg_collection ORDER BY name"
+            )
+        ]
+        listed = ", ".join(names) or "none"
+        raise ConfigurationError(
+            f"no PGVector collection '{source.collection}' in "
+            f"{redact_url(source.url)}; collections: {listed}"
+        )
+    statement = sql.SQL(
+        "SELECT id::text AS id, document AS content, cmetadata AS metadata,"
+        " embedding::text AS embedding FROM langchain_pg_embedding"
+        " WHERE collection_id = %(collection)s ORDER BY id"
+    )
+    return dict(found[1] or {}), statement, {"collection": found[0]}
+
+
+def _table_statement(
+    conn: psycopg.Connection[Any], source: LangchainSource
+) -> sql.Composable:
+    """A plain table's rows; its other columns come along as metadata."""
+    columns = _table_columns(conn, source)
+    known = {
+        source.id_column,
+        source.content_column,
+        source.embedding_column,
+        source.metadata_column,
+    }
+    extra = [c for c in columns if c not in known]
+    has_json = source.metadata_column in columns
+    return sql.SQL(
+        "SELECT {id}::text AS id, {content} AS content, {meta} AS metadata,"
+        " {embedding}::text AS embedding{extra} FROM {table} ORDER BY 1"
+    ).format(
+        id=sql.Identifier(source.id_column),
+        content=sql.Identifier(source.content_column),
+        meta=sql.Identifier(source.metadata_column)
+        if has_json
+        else sql.SQL("NULL::json"),
+        embedding=sql.Identifier(source.embedding_column),
+        extra=sql.SQL("").join(
+            sql.SQL(", {}").format(sql.Identifier(c)) for c in extra
+        ),
+        table=sql.Identifier(source.schema, str(source.table)),
+    )
+
+
 def _rows(source: LangchainSource) -> tuple[dict[str, Any], Iterator[_Row]]:
     """The collection's metadata and an iterator over its rows (server-side cursor)."""
     conn = _connect(source.url)
     try:
         if source.collection is not None:
-            found = conn.execute(
-                "SELECT uuid, cmetadata FROM langchain_pg_collection WHERE name = %s",
-                (source.collection,),
-            ).fetchone()
-            if found is None:
-                names = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT name FROM langchain_pg_collection ORDER BY name"
-                    )
-                ]
-                listed = ", ".join(names) or "none"
-                raise ConfigurationError(
-                    f"no PGVector collection '{source.collection}' in "
-                    f"{redact_url(source.url)}; collections: {listed}"
-                )
-            collection_meta = dict(found[1] or {})
-            statement: sql.SQL | sql.Composed = sql.SQL(
-                "SELECT id::text AS id, document AS content, cmetadata AS metadata,"
-                " embedding::text AS embedding FROM langchain_pg_embedding"
-                " WHERE collection_id = %(collection)s ORDER BY id"
-            )
-            params: dict[str, Any] = {"collection": found[0]}
+            collection_meta, statement, params = _collection_statement(conn, source)
         else:
-            columns = _table_columns(conn, source)
-            collection_meta = {}
-            known = {
-                source.id_column,
-                source.content_column,
-                source.embedding_column,
-                source.metadata_column,
-            }
-            extra = [c for c in columns if c not in known]
-            has_json = source.metadata_column in columns
-            statement = sql.SQL(
-                "SELECT {id}::text AS id, {content} AS content, {meta} AS metadata,"
-                " {embedding}::text AS embedding{extra} FROM {table} ORDER BY 1"
-            ).format(
-                id=sql.Identifier(source.id_column),
-                content=sql.Identifier(source.content_column),
-                meta=sql.Identifier(source.metadata_column)
-                if has_json
-                else sql.SQL("NULL::json"),
-                embedding=sql.Identifier(source.embedding_column),
-                extra=sql.SQL("").join(
-                    sql.SQL(", {}").format(sql.Identifier(c)) for c in extra
-                ),
-                table=sql.Identifier(source.schema, str(source.table)),
-            )
-            params = {}
+            collection_meta, params = {}, {}
+            statement = _table_statement(conn, source)
     except BaseException:
         conn.close()
         raise

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 from psycopg import sql
 
 from retrieval_pipeline.tools.store import sql as q
@@ -404,31 +406,17 @@ class GraphStore:
             ]
             if not seeds:
                 return GraphExpansion([], [], [])
-            frontier = list(seeds)
-            reached: dict[str, float] = dict(frontier)
+            reached: dict[str, float] = dict(seeds)
             asked: set[str] = set()
-            hops: list[list[tuple[str, float]]] = []
-            statement = NEIGHBOURS.format(doc_filter=doc_filter, **_NEIGHBOUR_PARTS)
-            for _ in range(max_hops - 1):
-                if not frontier:
-                    break
-                rows = conn.execute(
-                    statement,
-                    params
-                    | {
-                        "ids": [e for e, _ in frontier],
-                        "weights": [w for _, w in frontier],
-                        "exclude": list(reached),
-                        "cap": frontier_cap,
-                        "question": question,
-                    },
-                    prepare=True,
-                ).fetchall()
-                frontier = [(r[0], float(r[1])) for r in rows]
-                asked.update(r[0] for r in rows if r[2])
-                hops.append(frontier)
-                for entity, weight in frontier:
-                    reached[entity] = max(reached.get(entity, 0.0), weight)
+            hops = self._hops(
+                conn,
+                NEIGHBOURS.format(doc_filter=doc_filter, **_NEIGHBOUR_PARTS),
+                params | {"cap": frontier_cap, "question": question},
+                seeds,
+                max_hops - 1,
+                reached,
+                asked,
+            )
             ordered = sorted(reached.items(), key=lambda kv: (-kv[1], kv[0]))
             rows = conn.execute(
                 ENTITY_DOCUMENTS.format(doc_filter=doc_filter, **_DOCUMENT_PARTS),
@@ -445,6 +433,43 @@ class GraphStore:
         documents = [(r[0], float(r[1])) for r in rows]
         answers = frozenset(r[0] for r in rows if r[2])
         return GraphExpansion(seeds, hops, documents, answers)
+
+    @staticmethod
+    def _hops(
+        conn: psycopg.Connection[Any],
+        statement: sql.Composable,
+        params: dict[str, Any],
+        seeds: list[tuple[str, float]],
+        count: int,
+        reached: dict[str, float],
+        asked: set[str],
+    ) -> list[list[tuple[str, float]]]:
+        """Walk ``count`` hops out from the seeds; ``reached`` and ``asked`` fill in.
+
+        ``reached`` keeps each entity's strongest weight; ``asked`` the entities
+        reached through a relation the question names.
+        """
+        frontier = list(seeds)
+        hops: list[list[tuple[str, float]]] = []
+        for _ in range(count):
+            if not frontier:
+                break
+            rows = conn.execute(
+                statement,
+                params
+                | {
+                    "ids": [e for e, _ in frontier],
+                    "weights": [w for _, w in frontier],
+                    "exclude": list(reached),
+                },
+                prepare=True,
+            ).fetchall()
+            frontier = [(r[0], float(r[1])) for r in rows]
+            asked.update(r[0] for r in rows if r[2])
+            hops.append(frontier)
+            for entity, weight in frontier:
+                reached[entity] = max(reached.get(entity, 0.0), weight)
+        return hops
 
     def documents_mentioning_types(
         self, document_ids: Sequence[str], types: Sequence[str], scope: AccessScope
