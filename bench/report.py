@@ -363,6 +363,25 @@ def _fusion_splits_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     return lines + [""]
 
 
+def _graph_weight_section(result: dict) -> list[str]:  # type: ignore[type-arg]
+    sets = list(result["ndcg@10"])
+    weights = list(result["mean"])
+    lines = [
+        "## Graph score weight chosen on dev (`bench/graph_weight.py`)",
+        "",
+        "nDCG@10 of the shipped pipeline (limit 10) on each set's dev split per "
+        f"`graph_score_weight`; chosen: **{result['chosen']}** (best dev mean). "
+        "The test splits were not read.",
+        "",
+        "| weight | " + " | ".join(sets) + " | mean |",
+        "|---|" + "---|" * (len(sets) + 1),
+    ]
+    for w in weights:
+        cells = [f"{result['ndcg@10'][s][w]:.4f}" for s in sets]
+        lines.append(f"| {w} | " + " | ".join(cells) + f" | {result['mean'][w]:.4f} |")
+    return lines + [""]
+
+
 def _lexical_parity_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     keys = sorted(result)
     systems = list(result[keys[0]]["ndcg@10"])
@@ -961,6 +980,9 @@ def write_benchmarks_md() -> Path:
     fusion_splits = RESULTS / "fusion_splits.json"
     if fusion_splits.exists():
         lines += _fusion_splits_section(json.loads(fusion_splits.read_text()))
+    graph_weight = RESULTS / "graph_weight.json"
+    if graph_weight.exists():
+        lines += _graph_weight_section(json.loads(graph_weight.read_text()))
     lexical_parity = RESULTS / "lexical_parity.json"
     if lexical_parity.exists():
         lines += _lexical_parity_section(json.loads(lexical_parity.read_text()))
