@@ -453,7 +453,7 @@ class Ingestor:
     def _vectors(
         self,
         prepared: list[_Prepared],
-        reused: Mapping[int, Sequence[float]],
+        reused: Mapping[int, Sequence[float] | None],
         kept: Mapping[str, Sequence[float]],
         keys: Mapping[tuple[int, int], str],
         fresh: Sequence[Sequence[float] | EmbeddingUnavailable],

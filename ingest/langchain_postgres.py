@@ -128,7 +128,7 @@ def _vector(text: str | None) -> tuple[float, ...] | None:
 
 def _collection_statement(
     conn: psycopg.Connection[Any], source: LangchainSource
-) -> tuple[dict[str, Any], sql.Composable, dict[str, Any]]:
+) -> tuple[dict[str, Any], sql.SQL, dict[str, Any]]:
     """A PGVector collection: its metadata and the statement reading its rows."""
     found = conn.execute(
         "SELECT uuid, cmetadata FROM langchain_pg_collection WHERE name = %s",
@@ -156,7 +156,7 @@ def _collection_statement(
 
 def _table_statement(
     conn: psycopg.Connection[Any], source: LangchainSource
-) -> sql.Composable:
+) -> sql.Composed:
     """A plain table's rows; its other columns come along as metadata."""
     columns = _table_columns(conn, source)
     known = {
@@ -187,6 +187,7 @@ def _table_statement(
 def _rows(source: LangchainSource) -> tuple[dict[str, Any], Iterator[_Row]]:
     """The collection's metadata and an iterator over its rows (server-side cursor)."""
     conn = _connect(source.url)
+    statement: sql.SQL | sql.Composed
     try:
         if source.collection is not None:
             collection_meta, statement, params = _collection_statement(conn, source)

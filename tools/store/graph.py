@@ -437,7 +437,7 @@ class GraphStore:
     @staticmethod
     def _hops(
         conn: psycopg.Connection[Any],
-        statement: sql.Composable,
+        statement: sql.Composed,
         params: dict[str, Any],
         seeds: list[tuple[str, float]],
         count: int,
