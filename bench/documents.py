@@ -701,8 +701,13 @@ def main() -> int:
         "site": site.title,
         "embedder": embedder.model,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "pages": args.pages,
-        "distractors": args.distractors if args.pages == "judged" else None,
+        # A --skip-ingest run evaluates the index the last ingest built: its subset.
+        "pages": previous.get("pages", args.pages) if args.skip_ingest else args.pages,
+        "distractors": (
+            previous.get("distractors")
+            if args.skip_ingest
+            else (args.distractors if args.pages == "judged" else None)
+        ),
         "structure": (
             json.loads(site.structure_file.read_text())
             if site.structure_file.exists()
