@@ -83,20 +83,21 @@ class Site:
         return CACHE / self.name / "all"
 
     @property
+    def _suffix(self) -> str:
+        # python3doc keeps the file and folder names its first runs used.
+        return "" if self.name == "python3doc" else f"-{self.name}"
+
+    @property
     def home(self) -> Path:
-        # python3doc keeps the folder names its first runs used.
-        suffix = "" if self.name == "python3doc" else f"-{self.name}"
-        return CACHE / f"documents-home{suffix}"
+        return CACHE / f"documents-home{self._suffix}"
 
     @property
     def structure_file(self) -> Path:
-        suffix = "" if self.name == "python3doc" else f"-{self.name}"
-        return CACHE / f"documents-structure{suffix}.json"
+        return CACHE / f"documents-structure{self._suffix}.json"
 
     @property
     def results(self) -> Path:
-        suffix = "" if self.name == "python3doc" else f"-{self.name}"
-        return REPO / "bench" / "results" / f"documents{suffix}.json"
+        return REPO / "bench" / "results" / f"documents{self._suffix}.json"
 
 
 def _python3doc_skip(rel: Path) -> bool:
@@ -330,6 +331,13 @@ def load_questions(site: Site) -> list[dict[str, Any]]:
         if line.strip()
     ]
     return [r for r in rows if r.get("relevant")]
+
+
+def question_qrels(questions: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Each question's graded pages, as the metrics take them."""
+    return {
+        q["id"]: {str(k): int(v) for k, v in q["relevant"].items()} for q in questions
+    }
 
 
 def chrome_chunks(site: Site, store: Any) -> dict[str, Any]:
@@ -590,9 +598,7 @@ def evaluate_site(site: Site, store: Any, embedder: Any) -> dict[str, Any]:
     ids = [r[0] for r in rows]
     texts = [r[1] for r in rows]
     queries = {q["id"]: q["question"] for q in questions}
-    qrels = {
-        q["id"]: {str(k): int(v) for k, v in q["relevant"].items()} for q in questions
-    }
+    qrels = question_qrels(questions)
     runs: dict[str, dict[str, list[str]]] = {}
     exact = DenseExact(store, "")
     runs["dense max-passage"] = {

@@ -37,10 +37,8 @@ def _questions(name: str, home: Path) -> tuple[Path, str, dict[str, str], Any]:
     if name in documents.SITES:
         site = documents.SITES[name]
         rows = [q for q in documents.load_questions(site) if q["split"] == "dev"]
-        qrels = {
-            q["id"]: {str(k): int(v) for k, v in q["relevant"].items()} for q in rows
-        }
-        return site.home, "", {q["id"]: q["question"] for q in rows}, qrels
+        queries = {q["id"]: q["question"] for q in rows}
+        return site.home, "", queries, documents.question_qrels(rows)
     dataset = load_beir(
         DATASETS[name], name=name, split="dev", title_entities=name in TITLE_ENTITIES
     )

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -49,9 +48,6 @@ def _fake_embedder() -> Any:
     )
 
 
-_INNER_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
-
-
 def _ours(
     store: Any,
     tenant: str,
@@ -69,7 +65,7 @@ def _ours(
     parts, and reads the "-85" of "76-85" as a signed number).
     """
     from retrieval_pipeline.ingest.chunker import extract_identifiers
-    from retrieval_pipeline.tools.retrieve import parse_websearch
+    from retrieval_pipeline.tools.query import parse_websearch, prose_query
     from retrieval_pipeline.tools.store.store import AccessScope
 
     scope = AccessScope(principals=(), tenant=tenant, doc_keys=None)
@@ -77,7 +73,7 @@ def _ours(
     runs = {}
     for qid, text in sorted(queries.items()):
         parsed = parse_websearch(text)
-        prose = _INNER_HYPHEN.sub(" ", parsed.text) if split_hyphens else parsed.text
+        prose = prose_query(parsed.text) if split_hyphens else parsed.text
         hits = store.search_lexical(
             prose,
             extract_identifiers(parsed.text) if ids else [],

@@ -182,16 +182,18 @@ def _nav_link_block(node: LexborNode, targets: frozenset[str] = frozenset()) -> 
     anchors = node.css("a")
     if len(anchors) < 2 or len(anchors) > 12:
         return False
-    nav = 0
-    for a in anchors:
-        rel = (a.attributes.get("rel") or "").lower().split()
-        if (
-            a.attributes.get("accesskey")
-            or any(r in _NAV_RELS for r in rel)
-            or (a.attributes.get("href") or "").strip() in targets
-        ):
-            nav += 1
+    nav = sum(1 for a in anchors if _nav_anchor(a, targets))
     return nav >= 2 and nav * 2 >= len(anchors)
+
+
+def _nav_anchor(anchor: LexborNode, targets: frozenset[str]) -> bool:
+    """A link that says it navigates (rel, accesskey) or points at a nav target."""
+    rel = (anchor.attributes.get("rel") or "").lower().split()
+    return bool(
+        anchor.attributes.get("accesskey")
+        or any(r in _NAV_RELS for r in rel)
+        or (anchor.attributes.get("href") or "").strip() in targets
+    )
 
 
 def nav_targets(tree: LexborHTMLParser) -> frozenset[str]:
@@ -243,11 +245,8 @@ def remove_chrome(root: LexborNode, targets: frozenset[str] = frozenset()) -> No
     nav: list[LexborNode] = []
     selector = "a[accesskey], a[rel]" + (", a[href]" if targets else "")
     for anchor in root.css(selector):
-        if not (
-            anchor.attributes.get("accesskey")
-            or anchor.attributes.get("rel")
-            or (anchor.attributes.get("href") or "").strip() in targets
-        ):
+        # Any rel seeds a look at the block around it, as the selector did alone.
+        if not (anchor.attributes.get("rel") or _nav_anchor(anchor, targets)):
             continue
         block = anchor.parent
         for _ in range(4):
