@@ -18,6 +18,9 @@ EMBEDDINGS_ENV = "RETRIEVAL_PIPELINE_EMBEDDINGS"
 TIKTOKEN_DIR_ENV = "RETRIEVAL_PIPELINE_TIKTOKEN_DIR"
 STATEMENT_TIMEOUT_ENV = "RETRIEVAL_PIPELINE_STATEMENT_TIMEOUT_MS"
 EMBED_CONCURRENCY_ENV = "RETRIEVAL_PIPELINE_EMBED_CONCURRENCY"
+REPLICA_URLS_ENV = "DATABASE_REPLICA_URLS"
+REPLICA_MAX_LAG_ENV = "RETRIEVAL_PIPELINE_REPLICA_MAX_LAG_S"
+DEFAULT_REPLICA_MAX_LAG_S = 5.0
 DEFAULT_STATEMENT_TIMEOUT_MS = 60_000
 
 
@@ -37,6 +40,31 @@ def database_url() -> str | None:
     """Return ``DATABASE_URL`` when an external PostgreSQL is configured."""
     value = os.environ.get(DATABASE_URL_ENV, "").strip()
     return value or None
+
+
+def replica_urls() -> list[str]:
+    """Return the read replicas of ``DATABASE_REPLICA_URLS`` (comma-separated)."""
+    raw = os.environ.get(REPLICA_URLS_ENV, "")
+    return [url.strip() for url in raw.split(",") if url.strip()]
+
+
+def replica_max_lag() -> float:
+    """Seconds a replica may lag behind the primary and still answer queries."""
+    raw = os.environ.get(REPLICA_MAX_LAG_ENV, "").strip()
+    if not raw:
+        return DEFAULT_REPLICA_MAX_LAG_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        from retrieval_pipeline.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"{REPLICA_MAX_LAG_ENV} must be a number of seconds (0 or more), got "
+            f"{raw!r}"
+        )
+    return value
 
 
 def statement_timeout() -> int:

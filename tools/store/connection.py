@@ -3,7 +3,9 @@
 :class:`StoreConnection` opens the pool, applies the numbered migrations under an
 advisory lock, and turns a dead server or a cancelled statement into a clear error.
 The search, write, maintenance and embedding-index parts of :class:`~.store.Store`
-are subclasses that borrow connections through :meth:`StoreConnection.connection`.
+are subclasses that borrow connections through :meth:`StoreConnection.connection`
+(the primary); the query paths borrow through :meth:`StoreConnection.read_connection`,
+which a read replica answers when one is configured and may (:mod:`.replicas`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Self
@@ -25,9 +27,23 @@ from retrieval_pipeline.errors import DatabaseTimeoutError, DatabaseUnavailableE
 from retrieval_pipeline.settings import (
     STATEMENT_TIMEOUT_ENV,
     redact_url,
+    replica_max_lag,
+    replica_urls,
     statement_timeout,
 )
 from retrieval_pipeline.tools.store import sql_admin as qa
+from retrieval_pipeline.tools.store.replicas import (
+    CURRENT_WAL_LSN,
+    PRIMARY,
+    Replica,
+    ReplicaReadFailed,
+    ReplicaSet,
+    first_line,
+    note_server,
+    parse_lsn,
+    pin_primary,
+    primary_pinned,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,12 +88,19 @@ class StoreConnection:
         pool_size: int = 4,
         connect_timeout: float = 10,
         statement_timeout_ms: int | None = None,
+        replica_urls: Sequence[str] | None = None,
+        replica_max_lag_s: float | None = None,
     ) -> None:
         """Open a pool; ``statement_timeout_ms`` caps every statement (0 = none).
 
         The default comes from ``RETRIEVAL_PIPELINE_STATEMENT_TIMEOUT_MS`` (60000).
+        ``replica_urls`` (default: ``DATABASE_REPLICA_URLS``) are streaming standbys
+        that answer query reads; ``replica_max_lag_s`` (default:
+        ``RETRIEVAL_PIPELINE_REPLICA_MAX_LAG_S``, 5 s) is the lag past which a
+        replica is skipped.
         """
         self._conninfo = conninfo
+        self._written_lsn: int | None = None
         self.statement_timeout_ms = (
             statement_timeout()
             if statement_timeout_ms is None
@@ -117,6 +140,21 @@ class StoreConnection:
             ) from exc
         self._pgvector_version: tuple[int, ...] | None = None
         self._server_probe: tuple[float, bool] = (-_PROBE_TTL_S - 1.0, True)
+        urls = _replica_list(replica_urls)
+        self._replicas = (
+            ReplicaSet(
+                urls,
+                pool_size=pool_size,
+                max_lag_s=(
+                    replica_max_lag()
+                    if replica_max_lag_s is None
+                    else replica_max_lag_s
+                ),
+                configure=self._configure_connection,
+            )
+            if urls
+            else None
+        )
         self.migrate()
 
     # --- lifecycle ----------------------------------------------------------------
@@ -133,8 +171,20 @@ class StoreConnection:
         return dict(self._pool.get_stats())
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (the replicas' too)."""
         self._pool.close()
+        if self._replicas is not None:
+            self._replicas.close()
+
+    @property
+    def replicas(self) -> list[Replica]:
+        """The configured read replicas (empty without any)."""
+        return [] if self._replicas is None else list(self._replicas.replicas)
+
+    @staticmethod
+    def pin_primary() -> AbstractContextManager[None]:
+        """A context in which every read goes to the primary (see :mod:`.replicas`)."""
+        return pin_primary()
 
     def __enter__(self) -> Self:
         return self
@@ -178,7 +228,73 @@ class StoreConnection:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """Borrow a pooled connection; a dead server becomes a clear error."""
+        """Borrow a primary connection; a dead server becomes a clear error.
+
+        With replicas configured, the primary's WAL position after the block is kept,
+        so later reads go only to replicas that have replayed this store's writes.
+        """
+        with self._primary() as conn:
+            yield conn
+            if self._replicas is not None:
+                row = conn.execute(CURRENT_WAL_LSN).fetchone()
+                lsn = parse_lsn(row[0]) if row else None
+                if lsn is not None and (self._written_lsn or 0) < lsn:
+                    self._written_lsn = lsn
+
+    @contextmanager
+    def read_connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a connection for a query read: a replica when one may answer.
+
+        A replica answers when it is up, within the lag bound and has replayed this
+        store's last write; else the primary does. When the primary is down, any
+        replica that is up answers, however far behind. A replica failing inside the
+        block raises :class:`~.replicas.ReplicaReadFailed`, which a
+        :func:`~.replicas.replica_read` method retries on the primary.
+        """
+        chosen = None
+        if self._replicas is not None and not primary_pinned():
+            chosen = self._replicas.acquire(self._written_lsn)
+        if chosen is None:
+            entered = False
+            try:
+                with self._primary() as conn:
+                    entered = True
+                    note_server(PRIMARY)
+                    yield conn
+                return
+            except DatabaseUnavailableError:
+                # A failure inside the block, or no replica at all: nothing to try.
+                if entered or self._replicas is None:
+                    raise
+                chosen = self._replicas.acquire(None, stale_ok=True)
+                if chosen is None:
+                    raise
+        replica, conn = chosen
+        try:
+            with conn:
+                note_server(replica.label)
+                yield conn
+        except psycopg.errors.QueryCanceled:
+            raise DatabaseTimeoutError(
+                f"a database statement ran past the {self.statement_timeout_ms} ms "
+                f"statement timeout on {replica.label} and was cancelled. Retry; "
+                "if it keeps happening, narrow the query or raise "
+                f"{STATEMENT_TIMEOUT_ENV}."
+            ) from None
+        except (psycopg.OperationalError, psycopg.errors.SerializationFailure) as exc:
+            # Lost connection, or a query cancelled by a recovery conflict.
+            if isinstance(exc, psycopg.OperationalError):
+                replica.mark_down(first_line(exc))
+            raise ReplicaReadFailed(
+                f"{replica.label} ({redact_url(replica.conninfo)}) failed mid-read: "
+                f"{type(exc).__name__}"
+            ) from None
+        finally:
+            replica.pool.putconn(conn)
+
+    @contextmanager
+    def _primary(self) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a primary connection; a dead server becomes a clear error."""
         try:
             with self._borrow() as conn:
                 yield conn
@@ -234,3 +350,9 @@ class StoreConnection:
             text = row[0] if row else "0"
             self._pgvector_version = tuple(int(p) for p in re.findall(r"\d+", text))
         return self._pgvector_version
+
+
+def _replica_list(urls: Sequence[str] | None) -> list[str]:
+    """The replica URLs given, else ``DATABASE_REPLICA_URLS``; blanks dropped."""
+    given = replica_urls() if urls is None else urls
+    return [url.strip() for url in given if url and url.strip()]

@@ -38,6 +38,7 @@ import psycopg
 from psycopg import sql
 
 from retrieval_pipeline.tools.store import sql as q
+from retrieval_pipeline.tools.store.replicas import replica_read
 from retrieval_pipeline.tools.store.store import AccessScope, Store
 
 # Documents the caller may see: the chunk filter's own tenant and ACL predicates.
@@ -356,6 +357,7 @@ class GraphStore:
             return _DOC_FILTER
         return sql.Composed([_DOC_FILTER, _DOC_SCOPE])
 
+    @replica_read
     def expand(
         self,
         seed_documents: Sequence[str] | Mapping[str, float],
@@ -391,7 +393,7 @@ class GraphStore:
         }
         doc_filter = self._filter(scope)
         params = scope.params()
-        with self.store.connection() as conn, conn.transaction():
+        with self.store.read_connection() as conn, conn.transaction():
             # These statements are large (curation and attestation per entity) and
             # cheap to run: planning them cost more than running them (3.9 ms
             # against 2.6 ms). Prepared once per connection, with a generic plan.
@@ -471,6 +473,7 @@ class GraphStore:
                 reached[entity] = max(reached.get(entity, 0.0), weight)
         return hops
 
+    @replica_read
     def documents_mentioning_types(
         self, document_ids: Sequence[str], types: Sequence[str], scope: AccessScope
     ) -> set[str]:
@@ -485,5 +488,5 @@ class GraphStore:
             return set()
         statement = MENTIONING_TYPES.format(doc_filter=_DOC_FILTER, **_TYPE_PARTS)
         params = scope.params() | {"docs": list(document_ids), "types": wanted}
-        with self.store.connection() as conn:
+        with self.store.read_connection() as conn:
             return {r[0] for r in conn.execute(statement, params).fetchall()}

@@ -16,6 +16,7 @@ from retrieval_pipeline.tools.store import sql as q
 from retrieval_pipeline.tools.store import sql_admin as qa
 from retrieval_pipeline.tools.store import sql_documents as qd
 from retrieval_pipeline.tools.store.connection import StoreConnection
+from retrieval_pipeline.tools.store.replicas import replica_read
 from retrieval_pipeline.tools.store.scope import AccessScope
 from retrieval_pipeline.tools.store.vectors import parse_vector, vector_literal
 
@@ -54,6 +55,7 @@ def posting_quotas(
 class StoreSearch(StoreConnection):
     """The store's channels and fetches (a part of :class:`~.store.Store`)."""
 
+    @replica_read
     def search_lexical(
         self,
         query: str,
@@ -78,7 +80,7 @@ class StoreSearch(StoreConnection):
         ``exhaustive_postings=None`` always scores exhaustively. ``stats``, when
         given, receives the mode and the postings the query touches.
         """
-        with self.connection() as conn:
+        with self.read_connection() as conn:
             terms = conn.execute(
                 q.QUERY_WEIGHTS,
                 {
@@ -156,6 +158,7 @@ class StoreSearch(StoreConnection):
             )
         return [(r[0], float(r[1])) for r in rows]
 
+    @replica_read
     def _dense(
         self,
         statement: sql.Composed,
@@ -164,7 +167,7 @@ class StoreSearch(StoreConnection):
         depth: int,
         ef_search: int,
     ) -> list[tuple[Any, ...]]:
-        with self.connection() as conn, conn.transaction():
+        with self.read_connection() as conn, conn.transaction():
             if not exact:
                 conn.execute(qa.SET_EF_SEARCH, (str(max(ef_search, depth)),))
                 if self.pgvector_version() >= (0, 8):
@@ -173,11 +176,12 @@ class StoreSearch(StoreConnection):
                     conn.execute(qa.SET_ITERATIVE_SCAN)
             return conn.execute(statement, params).fetchall()
 
+    @replica_read
     def document_metadata(
         self, document_ids: Sequence[str]
     ) -> dict[str, dict[str, Any]]:
         """Metadata by internal document id (callers pass ids they already may see)."""
-        with self.connection() as conn:
+        with self.read_connection() as conn:
             rows = conn.execute(qd.DOCUMENT_METADATA, (list(document_ids),)).fetchall()
         return {r[0]: dict(r[1]) for r in rows}
 
@@ -198,14 +202,16 @@ class StoreSearch(StoreConnection):
             ).fetchall()
         return {r[0]: list(parse_vector(r[1])) for r in rows}
 
+    @replica_read
     def documents_by_source_ids(
         self, source_ids: Sequence[str], scope: AccessScope
     ) -> list[dict[str, Any]]:
         """Whole documents by their own ids, filtered by the scope's tenant and ACL."""
         params = scope.params() | {"source_ids": list(source_ids)}
-        with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self.read_connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             return list(cur.execute(qd.DOCUMENTS_BY_SOURCE_IDS, params).fetchall())
 
+    @replica_read
     def fetch_chunks(
         self, chunk_ids: Sequence[str], scope: AccessScope
     ) -> dict[str, dict[str, Any]]:
@@ -214,10 +220,11 @@ class StoreSearch(StoreConnection):
             return {}
         statement = q.FETCH_CHUNKS.format(filters=scope.filters())
         params = scope.params() | {"chunk_ids": list(chunk_ids)}
-        with self.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with self.read_connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(statement, params).fetchall()
         return {row["id"]: row for row in rows}
 
+    @replica_read
     def chunk_documents(
         self, chunk_ids: Sequence[str], scope: AccessScope
     ) -> dict[str, str]:
@@ -226,5 +233,5 @@ class StoreSearch(StoreConnection):
             return {}
         statement = q.CHUNK_DOCUMENTS.format(filters=scope.filters())
         params = scope.params() | {"chunk_ids": list(chunk_ids)}
-        with self.connection() as conn:
+        with self.read_connection() as conn:
             return dict(conn.execute(statement, params).fetchall())
