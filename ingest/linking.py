@@ -80,7 +80,9 @@ def link_entities(
         batch = _extracted_mentions(matcher, rows)
         if batch:
             with conn.cursor() as cur:
-                cur.executemany(q.INSERT_MENTION, batch)
+                cur.executemany(
+                    q.INSERT_MENTION, [row | {"tenant": tenant} for row in batch]
+                )
     return len(batch)
 
 

@@ -56,10 +56,12 @@ def _attested(entity: str) -> sql.Composable:
     visible = _VISIBLE.format(a="ad")
     return sql.SQL(
         f"""(EXISTS (
-        SELECT 1 FROM mentions am JOIN documents ad ON ad.id = am.document_id
+        SELECT 1 FROM mentions am
+        JOIN documents ad ON ad.id = am.document_id AND ad.tenant = am.tenant
         WHERE am.entity_id = {entity} AND am.origin <> 'extracted' AND {visible}
     ) OR EXISTS (
-        SELECT 1 FROM relations ar JOIN documents ad ON ad.id = ar.document_id
+        SELECT 1 FROM relations ar
+        JOIN documents ad ON ad.id = ar.document_id AND ad.tenant = ar.tenant
         WHERE (ar.source_id = {entity} OR ar.target_id = {entity}) AND {visible}
     ))"""
     )
@@ -89,7 +91,8 @@ def _curation(entity: str) -> sql.Composable:
         f"SELECT coalesce({newest('canonical_id')}, {entity}) AS canonical,"
         f" coalesce({newest('lifecycle')}, 'served') AS lifecycle,"
         f" coalesce({newest('type')}, 'thing') AS type"
-        f" FROM entity_curation cur JOIN documents cur_d ON cur_d.id = cur.document_id"
+        f" FROM entity_curation cur JOIN documents cur_d"
+        f" ON cur_d.id = cur.document_id AND cur_d.tenant = cur.tenant"
         f" WHERE cur.entity_id = {entity} AND {visible}"
     )
 
@@ -106,7 +109,8 @@ def _own_page(mention: str) -> str:
     return (
         f"({mention}.origin = 'title' OR ({mention}.origin = 'explicit' AND EXISTS ("
         f"SELECT 1 FROM documents pd JOIN entities pe ON pe.id = {mention}.entity_id"
-        f" WHERE pd.id = {mention}.document_id"
+        f" AND pe.tenant = {mention}.tenant"
+        f" WHERE pd.id = {mention}.document_id AND pd.tenant = {mention}.tenant"
         f" AND {norm.format('pd.title')} = {norm.format('pe.name')})))"
     )
 
@@ -136,7 +140,8 @@ def _members(ids: str) -> sql.Composable:
     UNION
     SELECT x.entity_id, x.canonical_id FROM entity_curation x
     CROSS JOIN LATERAL ({curation}) xc
-    WHERE x.canonical_id = ANY({ids}) AND xc.canonical = x.canonical_id"""
+    WHERE x.tenant = %(tenant)s AND x.canonical_id = ANY({ids})
+      AND xc.canonical = x.canonical_id"""
     ).format(ids=sql.SQL(ids), curation=_curation("x.entity_id"))
 
 
@@ -150,7 +155,7 @@ SELECT ec.canonical AS entity_id, max(s.score) AS weight,
        sum(m.count)::float8 AS mentions
 FROM mentions m
 JOIN seeds s ON s.document_id = m.document_id
-JOIN documents d ON d.id = m.document_id
+JOIN documents d ON d.id = m.document_id AND d.tenant = m.tenant
 CROSS JOIN LATERAL ({curation_e}) ec
 CROSS JOIN LATERAL ({curation_c}) cc  -- the canonical's own curation
 WHERE {doc_filter}
@@ -176,7 +181,7 @@ relation_edges AS (
            {asked} AS asked
     FROM relations r
     JOIN members ms ON ms.id = r.source_id
-    JOIN documents d ON d.id = r.document_id
+    JOIN documents d ON d.id = r.document_id AND d.tenant = r.tenant
     CROSS JOIN LATERAL ({curation_target}) tc
     WHERE tc.lifecycle = 'served' AND {doc_filter}
     UNION ALL
@@ -184,7 +189,7 @@ relation_edges AS (
            {asked}
     FROM relations r
     JOIN members mt ON mt.id = r.target_id
-    JOIN documents d ON d.id = r.document_id
+    JOIN documents d ON d.id = r.document_id AND d.tenant = r.tenant
     CROSS JOIN LATERAL ({curation_source}) sc
     WHERE sc.lifecycle = 'served' AND {doc_filter}
 ),
@@ -192,8 +197,8 @@ page_edges AS (  -- a frontier entity's own page (its title) mentions another en
     SELECT hm.entity_id AS src, oc.canonical AS dst,
            least(m.count, 3)::float8 / 3 AS w, false AS asked
     FROM mentions hm
-    JOIN documents d ON d.id = hm.document_id
-    JOIN mentions m ON m.document_id = hm.document_id
+    JOIN documents d ON d.id = hm.document_id AND d.tenant = hm.tenant
+    JOIN mentions m ON m.document_id = hm.document_id AND m.tenant = hm.tenant
     CROSS JOIN LATERAL ({curation_o}) oc
     WHERE hm.entity_id = ANY(%(ids)s::text[]) AND {own_page_hm}
       AND oc.lifecycle = 'served' AND {doc_filter}
@@ -217,8 +222,8 @@ candidate_members AS (
 degree AS (  -- visible documents mentioning each candidate (through any alias)
     SELECT a.canonical AS entity_id, count(DISTINCT m.document_id) AS n
     FROM candidate_members a
-    JOIN mentions m ON m.entity_id = a.id
-    JOIN documents d ON d.id = m.document_id
+    JOIN mentions m ON m.entity_id = a.id AND m.tenant = %(tenant)s
+    JOIN documents d ON d.id = m.document_id AND d.tenant = m.tenant
     WHERE {doc_filter}
     GROUP BY a.canonical
 )
@@ -253,8 +258,8 @@ members AS (  -- the entities, and the aliases the caller follows to them
 mentioning AS (  -- visible documents mentioning each entity (through any alias)
     SELECT m.canonical, mn.document_id
     FROM members m
-    JOIN mentions mn ON mn.entity_id = m.id
-    JOIN documents d ON d.id = mn.document_id
+    JOIN mentions mn ON mn.entity_id = m.id AND mn.tenant = %(tenant)s
+    JOIN documents d ON d.id = mn.document_id AND d.tenant = mn.tenant
     WHERE {doc_filter}
     GROUP BY 1, 2
 ),
@@ -266,7 +271,8 @@ evidence AS (  -- an entity's own page (its title) carries its weight; a page th
     SELECT hm.document_id, w.weight AS score,
            m.canonical = ANY(%(asked)s::text[]) AS answer
     FROM members m
-    JOIN mentions hm ON hm.entity_id = m.id AND {own_page_hm}
+    JOIN mentions hm
+        ON hm.entity_id = m.id AND hm.tenant = %(tenant)s AND {own_page_hm}
     JOIN weighted w ON w.entity_id = m.canonical
     UNION ALL
     SELECT mg.document_id, w.weight / log(2.0, 1 + g.n::numeric)::float8, false
@@ -277,7 +283,7 @@ evidence AS (  -- an entity's own page (its title) carries its weight; a page th
 SELECT e.document_id, max(e.score) AS score,
        bool_or(e.answer) AS answer
 FROM evidence e
-JOIN documents d ON d.id = e.document_id
+JOIN documents d ON d.id = e.document_id AND d.tenant = %(tenant)s
 LEFT JOIN seeds s ON s.document_id = e.document_id
 WHERE {doc_filter}
 GROUP BY e.document_id
@@ -293,7 +299,7 @@ MENTIONING_TYPES = sql.SQL(
     """
 SELECT DISTINCT m.document_id
 FROM mentions m
-JOIN documents d ON d.id = m.document_id
+JOIN documents d ON d.id = m.document_id AND d.tenant = m.tenant
 CROSS JOIN LATERAL ({curation_e}) ec
 CROSS JOIN LATERAL ({curation_c}) cc  -- the canonical's own curation
 WHERE m.document_id = ANY(%(docs)s::text[]) AND {doc_filter}

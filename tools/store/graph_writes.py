@@ -42,6 +42,7 @@ class _GraphWriter:
             self._conn.execute(
                 q.INSERT_RELATION,
                 {
+                    "tenant": doc.tenant,
                     "source_id": self._upsert(relation.source),
                     "target_id": self._upsert(relation.target),
                     "type": relation.type,
@@ -94,6 +95,7 @@ class _GraphWriter:
         self._conn.execute(
             q.INSERT_MENTION,
             {
+                "tenant": self._doc.tenant,
                 "entity_id": entity_id,
                 "document_id": self._doc.id,
                 "chunk_id": None,
@@ -112,6 +114,7 @@ class _GraphWriter:
         self._conn.execute(
             q.INSERT_CURATION,
             {
+                "tenant": self._doc.tenant,
                 "entity_id": entity_id,
                 "document_id": self._doc.id,
                 "type": entity.type,

@@ -169,7 +169,9 @@ class StoreSearch(StoreConnection):
     ) -> list[tuple[Any, ...]]:
         with self.read_connection() as conn, conn.transaction():
             if not exact:
-                conn.execute(qa.SET_EF_SEARCH, (str(max(ef_search, depth)),))
+                conn.execute(
+                    qa.SET_EF_SEARCH.format(sql.Literal(max(ef_search, depth)))
+                )
                 if self.pgvector_version() >= (0, 8):
                     # Keep walking the graph until `depth` rows pass the filters
                     # (pgvector 0.8); older versions return short lists under filters.

@@ -21,16 +21,16 @@ SCOPE_FILTER = "{a}.document_id = ANY(%(doc_keys)s::text[])"
 # Document metadata filters (vector-store API): a document matches when its metadata
 # contains any one of the given JSON objects.
 METADATA_FILTER = (
-    "{a}.document_id IN (SELECT md.id FROM documents md WHERE md.tenant = %(tenant)s"
-    " AND md.metadata @> ANY(%(metadata)s::jsonb[]))"
+    "({a}.document_id, {a}.tenant) IN (SELECT md.id, md.tenant FROM documents md"
+    " WHERE md.tenant = %(tenant)s AND md.metadata @> ANY(%(metadata)s::jsonb[]))"
 )
 # Web-search exclusions (-term, -"phrase") with websearch_to_tsquery's own semantics;
 # a constraint without lexemes (only stop words) constrains nothing.
 _CONSTRAINT_QUERY = "websearch_to_tsquery('english'::regconfig, %(constraint)s)"
 CONSTRAINT_FILTER = {
     "c": f"(numnode({_CONSTRAINT_QUERY}) = 0 OR c.tsv_prose @@ {_CONSTRAINT_QUERY})",
-    "p": f"(numnode({_CONSTRAINT_QUERY}) = 0 OR p.chunk_id IN ("
-    f"SELECT x.id FROM chunks x WHERE x.tenant = %(tenant)s"
+    "p": f"(numnode({_CONSTRAINT_QUERY}) = 0 OR (p.chunk_id, p.tenant) IN ("
+    f"SELECT x.id, x.tenant FROM chunks x WHERE x.tenant = %(tenant)s"
     f" AND x.tsv_prose @@ {_CONSTRAINT_QUERY}))",
 }
 
@@ -234,7 +234,7 @@ SELECT c.id, c.document_id, c.source_id, c.tenant, c.ordinal, c.heading_path, c.
        c.content, c.char_start, c.char_end, c.token_count, c.revision, c.source_uri,
        c.parser_version, c.embedding_model, c.embedding_version, c.updated_at,
        c.page_start, c.page_end, d.title, d.path
-FROM chunks c JOIN documents d ON d.id = c.document_id
+FROM chunks c JOIN documents d ON d.id = c.document_id AND d.tenant = c.tenant
 WHERE c.id = ANY(%(chunk_ids)s::text[]) AND {filters}
 """
 )
@@ -249,30 +249,53 @@ DOCUMENT_REVISIONS = """
 SELECT id, revision, embedding_model FROM documents WHERE id = ANY(%s::text[])
 """
 
+# Every ingestion statement writes one tenant's documents (%(tenant)s), so on a
+# cluster distributed by tenant it runs on that tenant's shard alone, and every join
+# matches the tenant as well as the id (co-located; docs/scaling.md).
+
+# The tenants of stored documents, for a delete by id alone (the only statement here
+# that does not name a tenant: on a cluster it asks every shard).
+DOCUMENT_TENANTS = """
+SELECT tenant, array_agg(id ORDER BY id) FROM documents
+WHERE id = ANY(%(document_ids)s::text[])
+GROUP BY tenant ORDER BY tenant
+"""
+
 # Remove a document's contribution to the BM25 statistics before its rows go.
 # Lexemes are updated in sorted order so concurrent ingests lock rows in one order.
 SUBTRACT_TERM_STATS = """
 UPDATE term_stats AS s SET df = s.df - d.n
 FROM (
-    SELECT p.tenant, p.lexeme, count(*) AS n
-    FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id
-    WHERE c.document_id = ANY(%(document_ids)s::text[])
-    GROUP BY p.tenant, p.lexeme ORDER BY p.lexeme
+    SELECT p.lexeme, count(*) AS n
+    FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id AND c.tenant = p.tenant
+    WHERE c.tenant = %(tenant)s AND c.document_id = ANY(%(document_ids)s::text[])
+    GROUP BY p.lexeme ORDER BY p.lexeme
 ) AS d
-WHERE s.tenant = d.tenant AND s.lexeme = d.lexeme
+WHERE s.tenant = %(tenant)s AND s.lexeme = d.lexeme
 """
 
 SUBTRACT_CORPUS_STATS = """
 UPDATE corpus_stats AS s SET
     chunk_count = s.chunk_count - d.n,
     total_length = s.total_length - d.len
-FROM (SELECT tenant, count(*) AS n, coalesce(sum(lexeme_count), 0) AS len
-      FROM chunks WHERE document_id = ANY(%(document_ids)s::text[])
-      GROUP BY tenant) AS d
-WHERE s.tenant = d.tenant
+FROM (SELECT count(*) AS n, coalesce(sum(lexeme_count), 0) AS len
+      FROM chunks
+      WHERE tenant = %(tenant)s AND document_id = ANY(%(document_ids)s::text[])
+      ) AS d
+WHERE s.tenant = %(tenant)s AND d.n > 0
 """
 
-DELETE_DOCUMENTS = "DELETE FROM documents WHERE id = ANY(%(document_ids)s::text[])"
+# A document is an entity's home page until it goes (the foreign key cannot do this
+# on a cluster: Citus refuses ON DELETE SET NULL on a key with the tenant).
+CLEAR_HOME_DOCUMENTS = """
+UPDATE entities SET home_document_id = NULL
+WHERE tenant = %(tenant)s AND home_document_id = ANY(%(document_ids)s::text[])
+"""
+
+DELETE_DOCUMENTS = """
+DELETE FROM documents
+WHERE tenant = %(tenant)s AND id = ANY(%(document_ids)s::text[])
+"""
 
 INSERT_DOCUMENT = """
 INSERT INTO documents (id, source_id, tenant, title, path, source_uri, revision,
@@ -296,22 +319,23 @@ INSERT INTO chunk_terms (tenant, lexeme, chunk_id, tf, doc_len, acl, document_id
 SELECT c.tenant, t.lexeme, c.id, cardinality(t.positions),
        sum(cardinality(t.positions)) OVER (PARTITION BY c.id), c.acl, c.document_id
 FROM chunks c, unnest(c.tsv_prose) AS t
-WHERE c.document_id = ANY(%(document_ids)s::text[])
+WHERE c.tenant = %(tenant)s AND c.document_id = ANY(%(document_ids)s::text[])
 """
 
 SET_LEXEME_COUNTS = """
 UPDATE chunks c SET lexeme_count = d.len
 FROM (SELECT chunk_id, sum(tf) AS len FROM chunk_terms p
-      JOIN chunks c2 ON c2.id = p.chunk_id
-      WHERE c2.document_id = ANY(%(document_ids)s::text[]) GROUP BY chunk_id) AS d
-WHERE c.id = d.chunk_id
+      JOIN chunks c2 ON c2.id = p.chunk_id AND c2.tenant = p.tenant
+      WHERE c2.tenant = %(tenant)s AND c2.document_id = ANY(%(document_ids)s::text[])
+      GROUP BY chunk_id) AS d
+WHERE c.tenant = %(tenant)s AND c.id = d.chunk_id
 """
 
 ADD_TERM_STATS = """
 INSERT INTO term_stats (tenant, lexeme, df)
 SELECT p.tenant, p.lexeme, count(*)
-FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id
-WHERE c.document_id = ANY(%(document_ids)s::text[])
+FROM chunk_terms p JOIN chunks c ON c.id = p.chunk_id AND c.tenant = p.tenant
+WHERE c.tenant = %(tenant)s AND c.document_id = ANY(%(document_ids)s::text[])
 GROUP BY p.tenant, p.lexeme ORDER BY p.lexeme
 ON CONFLICT (tenant, lexeme) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 """
@@ -319,7 +343,9 @@ ON CONFLICT (tenant, lexeme) DO UPDATE SET df = term_stats.df + EXCLUDED.df
 ADD_CORPUS_STATS = """
 INSERT INTO corpus_stats AS s (tenant, chunk_count, total_length)
 SELECT tenant, count(*), coalesce(sum(lexeme_count), 0)
-FROM chunks WHERE document_id = ANY(%(document_ids)s::text[]) GROUP BY tenant
+FROM chunks
+WHERE tenant = %(tenant)s AND document_id = ANY(%(document_ids)s::text[])
+GROUP BY tenant
 ON CONFLICT (tenant) DO UPDATE SET
     chunk_count = s.chunk_count + EXCLUDED.chunk_count,
     total_length = s.total_length + EXCLUDED.total_length
@@ -331,7 +357,7 @@ INSERT INTO entities (id, tenant, name, type, lifecycle, canonical_id, descripti
 VALUES (%(id)s, %(tenant)s, %(name)s, coalesce(%(type)s, 'thing'),
         coalesce(%(lifecycle)s, 'served'), %(canonical_id)s, %(description)s,
         %(home_document_id)s)
-ON CONFLICT (id) DO UPDATE SET
+ON CONFLICT (id, tenant) DO UPDATE SET
     -- A bare mention (no type, no lifecycle) never overrides a declaration.
     type = coalesce(%(type)s, entities.type),
     lifecycle = coalesce(%(lifecycle)s, entities.lifecycle),
@@ -343,9 +369,10 @@ ON CONFLICT (id) DO UPDATE SET
 """
 
 INSERT_MENTION = """
-INSERT INTO mentions (entity_id, document_id, chunk_id, count, origin)
-VALUES (%(entity_id)s, %(document_id)s, %(chunk_id)s, %(count)s, %(origin)s)
-ON CONFLICT (entity_id, document_id, coalesce(chunk_id, ''), origin)
+INSERT INTO mentions (tenant, entity_id, document_id, chunk_id, count, origin)
+VALUES (%(tenant)s, %(entity_id)s, %(document_id)s, %(chunk_id)s, %(count)s,
+        %(origin)s)
+ON CONFLICT (entity_id, tenant, document_id, coalesce(chunk_id, ''), origin)
 DO UPDATE SET count = EXCLUDED.count
 """
 
@@ -353,18 +380,20 @@ DO UPDATE SET count = EXCLUDED.count
 # that declares an entity twice keeps each value it declared.
 INSERT_CURATION = """
 INSERT INTO entity_curation AS ec
-    (entity_id, document_id, type, lifecycle, canonical_id)
-VALUES (%(entity_id)s, %(document_id)s, %(type)s, %(lifecycle)s, %(canonical_id)s)
-ON CONFLICT (entity_id, document_id) DO UPDATE SET
+    (tenant, entity_id, document_id, type, lifecycle, canonical_id)
+VALUES (%(tenant)s, %(entity_id)s, %(document_id)s, %(type)s, %(lifecycle)s,
+        %(canonical_id)s)
+ON CONFLICT (entity_id, tenant, document_id) DO UPDATE SET
     type = coalesce(EXCLUDED.type, ec.type),
     lifecycle = coalesce(EXCLUDED.lifecycle, ec.lifecycle),
     canonical_id = coalesce(EXCLUDED.canonical_id, ec.canonical_id)
 """
 
 INSERT_RELATION = """
-INSERT INTO relations (source_id, target_id, type, weight, document_id)
-VALUES (%(source_id)s, %(target_id)s, %(type)s, %(weight)s, %(document_id)s)
-ON CONFLICT (source_id, target_id, type, document_id)
+INSERT INTO relations (tenant, source_id, target_id, type, weight, document_id)
+VALUES (%(tenant)s, %(source_id)s, %(target_id)s, %(type)s, %(weight)s,
+        %(document_id)s)
+ON CONFLICT (source_id, tenant, target_id, type, document_id)
 DO UPDATE SET weight = EXCLUDED.weight
 """
 
@@ -381,8 +410,8 @@ ORDER BY c.id
 """
 
 DELETE_EXTRACTED_MENTIONS = """
-DELETE FROM mentions m USING documents d
-WHERE m.document_id = d.id AND m.origin = 'extracted' AND d.tenant = %(tenant)s {scope}
+DELETE FROM mentions m
+WHERE m.tenant = %(tenant)s AND m.origin = 'extracted' {scope}
 """
 
 # --- scoped writes (vector-store API): a write is authorised like a read -----------

@@ -12,6 +12,9 @@ from psycopg import sql
 
 # --- session settings ---------------------------------------------------------------
 # Every pooled connection's cap on one statement, in milliseconds ({} = a Literal).
+# A connection setting on purpose, the one session-level SET in the package: it
+# guards the statement the coordinator runs, and cancelling that cancels its parts
+# on the workers, so it need not reach them (tests/integration/test_citus_invariants).
 SET_STATEMENT_TIMEOUT = sql.SQL("SET statement_timeout = {}")
 
 # For one write transaction: commit without waiting for the WAL flush. The batch stays
@@ -19,12 +22,18 @@ SET_STATEMENT_TIMEOUT = sql.SQL("SET statement_timeout = {}")
 # re-ingests. Saves one fsync per transaction.
 ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 
-# For one dense query: how many candidates the HNSW walk keeps (pgvector's ef_search).
-SET_EF_SEARCH = "SELECT set_config('hnsw.ef_search', %s, true)"
+# Settings for one dense query are SET LOCAL statements, never session settings nor
+# set_config(): Citus forwards a SET LOCAL (not a function call) to the workers that
+# run the query when citus.propagate_set_commands = 'local' (docs/scaling.md), and
+# the setting ends with the transaction, so a pooled connection keeps no trace of it.
 
-# For one dense query (pgvector 0.8+): keep walking the graph until enough rows pass
-# the filters, instead of returning a short list.
-SET_ITERATIVE_SCAN = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+# How many candidates the HNSW walk keeps (pgvector's ef_search); {} = an integer
+# Literal (SET takes no bound parameters).
+SET_EF_SEARCH = sql.SQL("SET LOCAL hnsw.ef_search = {}")
+
+# pgvector 0.8+: keep walking the graph until enough rows pass the filters, instead
+# of returning a short list.
+SET_ITERATIVE_SCAN = "SET LOCAL hnsw.iterative_scan = relaxed_order"
 
 # --- migrations ---------------------------------------------------------------------
 # Held to the end of the transaction, so concurrent processes migrate one at a time.

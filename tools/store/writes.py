@@ -73,13 +73,18 @@ class StoreWrites(StoreConnection):
             return
         with rejected_records(docs), self.connection() as conn, conn.transaction():
             conn.execute(qa.ASYNC_COMMIT)
-            self._delete_documents(conn, [doc.id for doc in docs])
-            self._insert_documents(conn, docs)
+            self._replace_documents(conn, docs)
 
-    def delete_document(self, document_id: str) -> bool:
-        """Delete a document, its chunks, postings and graph evidence."""
+    def delete_document(self, document_id: str, *, tenant: str | None = None) -> bool:
+        """Delete a document, its chunks, postings and graph evidence.
+
+        ``tenant``, when the caller knows it, keeps the delete on that tenant's
+        shard; without it the tenant is looked up by id first (every shard).
+        """
         with self.connection() as conn, conn.transaction():
-            return self._delete_documents(conn, [document_id]) > 0
+            if tenant is not None:
+                return self._delete_documents(conn, tenant, [document_id]) > 0
+            return self._delete_by_id(conn, [document_id]) > 0
 
     def delete_imported(self, origin: str, *, keep_source_ids: Sequence[str]) -> int:
         """Delete documents imported from ``origin`` whose source id is not kept."""
@@ -87,16 +92,44 @@ class StoreWrites(StoreConnection):
             rows = conn.execute(
                 qd.IMPORTED_NOT_KEPT, (origin, list(keep_source_ids))
             ).fetchall()
-            return self._delete_documents(conn, [r[0] for r in rows])
+            return self._delete_by_id(conn, [r[0] for r in rows])
 
-    def _delete_documents(self, conn: psycopg.Connection[Any], ids: list[str]) -> int:
-        params = {"document_ids": ids}
+    def _delete_by_id(self, conn: psycopg.Connection[Any], ids: list[str]) -> int:
+        """Delete documents by id alone: find their tenants, then delete per tenant."""
+        tenants = conn.execute(q.DOCUMENT_TENANTS, {"document_ids": ids}).fetchall()
+        return sum(self._delete_documents(conn, t, list(ids)) for t, ids in tenants)
+
+    def _delete_documents(
+        self, conn: psycopg.Connection[Any], tenant: str, ids: list[str]
+    ) -> int:
+        """Delete one tenant's documents, their statistics first (its shard alone)."""
+        params = {"tenant": tenant, "document_ids": ids}
         conn.execute(q.SUBTRACT_TERM_STATS, params)
         conn.execute(q.SUBTRACT_CORPUS_STATS, params)
+        conn.execute(q.CLEAR_HOME_DOCUMENTS, params)
         return conn.execute(q.DELETE_DOCUMENTS, params).rowcount
 
-    def _insert_documents(
+    def _replace_documents(
         self, conn: psycopg.Connection[Any], docs: Sequence[DocumentRecord]
+    ) -> None:
+        """Delete and rewrite ``docs``, one tenant at a time in tenant order.
+
+        Every statement names one tenant, so on a cluster distributed by tenant it
+        runs on that tenant's shard alone (docs/scaling.md).
+        """
+        by_tenant: dict[str, list[DocumentRecord]] = {}
+        for doc in docs:
+            by_tenant.setdefault(doc.tenant, []).append(doc)
+        for tenant in sorted(by_tenant):
+            group = by_tenant[tenant]
+            self._delete_documents(conn, tenant, [doc.id for doc in group])
+            self._insert_documents(conn, tenant, group)
+
+    def _insert_documents(
+        self,
+        conn: psycopg.Connection[Any],
+        tenant: str,
+        docs: Sequence[DocumentRecord],
     ) -> None:
         with conn.cursor() as cur:
             cur.executemany(
@@ -150,7 +183,7 @@ class StoreWrites(StoreConnection):
                             chunk.page_end,
                         )
                     )
-        params = {"document_ids": [doc.id for doc in docs]}
+        params = {"tenant": tenant, "document_ids": [doc.id for doc in docs]}
         conn.execute(q.INSERT_POSTINGS, params)
         conn.execute(q.SET_LEXEME_COUNTS, params)
         conn.execute(q.ADD_TERM_STATS, params)
@@ -195,7 +228,7 @@ class StoreWrites(StoreConnection):
                 scope.params() | {"document_ids": list(document_ids)},
             ).fetchall()
             visible = [r[0] for r in rows if r[1]]
-            self._delete_documents(conn, visible)
+            self._delete_documents(conn, scope.tenant, visible)
         return visible
 
     def write_documents_checked(
@@ -219,5 +252,4 @@ class StoreWrites(StoreConnection):
                 scope.params() | {"document_ids": [doc.id for doc in docs]},
             ).fetchall()
             check({r[0]: tuple(r[2]) if r[1] else None for r in rows})
-            self._delete_documents(conn, [doc.id for doc in docs])
-            self._insert_documents(conn, docs)
+            self._replace_documents(conn, docs)
