@@ -119,6 +119,9 @@ class RetrievalDebug(TypedDict, total=False):
     index_revision: str | None
     invalid_citations: list[str]
     """Citation markers an agent's answer used that match no evidence passage."""
+    served_by: list[str]
+    """Servers that answered the run's reads (``primary``, ``replica 1``, ...);
+    debug only, since read-your-writes routing reflects other callers' writes."""
 
 
 def merge_debug(
@@ -129,6 +132,8 @@ def merge_debug(
     for key, value in (right or {}).items():
         if key in ("fallbacks", "branches") and isinstance(value, list):
             merged[key] = [*merged.get(key, []), *value]
+        elif key == "served_by" and isinstance(value, list):
+            merged[key] = sorted({*merged.get(key, []), *value})
         elif key == "stage_ms" and isinstance(value, dict):
             stage_ms = dict(merged.get("stage_ms", {}))
             for stage, ms in value.items():

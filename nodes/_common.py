@@ -24,6 +24,7 @@ from retrieval_pipeline.observability import (
     take_timings,
     trace_record,
 )
+from retrieval_pipeline.tools.store.replicas import recording_servers
 from retrieval_pipeline.tools.store.store import AccessScope
 
 
@@ -54,19 +55,24 @@ def stage_timer(
     Also streams ``{"retrieval_pipeline": {"stage", "status"}}`` custom events at the
     start and end, so a UI can show which stage runs; the end event carries ``ms``
     only with debug (a stage's time depends on documents the caller cannot see).
+    With debug, ``debug["served_by"]`` names the servers that answered its reads.
     """
     stage_event(stage, "start")
     started = time.perf_counter()
-    try:
-        yield
-    finally:
-        elapsed = round((time.perf_counter() - started) * 1000, 3)
-        record_timings(state.get("trace_key"), stage=stage, ms=elapsed)
-        if shows_debug(state):
-            debug.setdefault("stage_ms", {})[stage] = elapsed
-            stage_event(stage, "end", elapsed)
-        else:
-            stage_event(stage, "end")
+    with recording_servers() as servers:
+        try:
+            yield
+        finally:
+            elapsed = round((time.perf_counter() - started) * 1000, 3)
+            record_timings(state.get("trace_key"), stage=stage, ms=elapsed)
+            if shows_debug(state):
+                debug.setdefault("stage_ms", {})[stage] = elapsed
+                if servers:  # which server (primary, replica N) answered the reads
+                    served = {*debug.get("served_by", []), *servers}
+                    debug["served_by"] = sorted(served)
+                stage_event(stage, "end", elapsed)
+            else:
+                stage_event(stage, "end")
 
 
 def fallback(stage: str, reason: str) -> Fallback:

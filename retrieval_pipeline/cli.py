@@ -18,7 +18,7 @@ from typing import Any
 from retrieval_pipeline.cli_eval import add_eval_parser, cmd_eval
 from retrieval_pipeline.errors import DatabaseUnavailableError, RetrievalPipelineError
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT
-from retrieval_pipeline.settings import database_url, redact_url
+from retrieval_pipeline.settings import database_url, redact_url, replica_urls
 
 EXIT_USAGE = 2
 EXIT_DATABASE = 3
@@ -374,6 +374,20 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
 
 
+def _print_servers(primary_url: str) -> None:
+    """One line per server: label, redacted URL, role, up or down, replication lag."""
+    from retrieval_pipeline.tools.store.replicas import server_states
+
+    for server in server_states(primary_url, replica_urls()):
+        lag = ""
+        if server.lag_s is not None:
+            lag = f", lag {server.lag_s:.3f} s"
+        if server.lag_bytes is not None:
+            lag += f" / {server.lag_bytes} bytes"
+        state = "up" if server.up else f"DOWN ({server.detail})"
+        print(f"{server.label}: {server.url} [{server.role}] {state}{lag}")
+
+
 def _cmd_db(args: argparse.Namespace) -> int:
     from retrieval_pipeline.tools.store import EmbeddedPostgres, open_store
 
@@ -404,6 +418,7 @@ def _cmd_db(args: argparse.Namespace) -> int:
             print("stopped" if server.stop() else "not running")
         case "status":
             if url is not None:
+                _print_servers(url)
                 with open_store() as store:
                     counts = store.counts()
                 print(f"external PostgreSQL {redact_url(url)}: {counts}")
@@ -411,6 +426,8 @@ def _cmd_db(args: argparse.Namespace) -> int:
                 status = server.status()
                 state = f"running (pid {status.pid})" if status.running else "stopped"
                 print(f"embedded PostgreSQL {state}; data: {status.pgdata}")
+                if status.running and replica_urls():
+                    _print_servers(server.start())
         case "reset":
             if not args.yes:
                 raise RetrievalPipelineError(

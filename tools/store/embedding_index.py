@@ -15,6 +15,7 @@ from psycopg import sql
 from retrieval_pipeline.errors import DimensionMismatchError
 from retrieval_pipeline.tools.store import sql_admin as qa
 from retrieval_pipeline.tools.store.connection import MIGRATION_LOCK, StoreConnection
+from retrieval_pipeline.tools.store.replicas import replica_read
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,10 @@ class EmbeddingIndex:
 class StoreEmbeddingIndex(StoreConnection):
     """The store's embedding-index settings (a part of :class:`~.store.Store`)."""
 
+    @replica_read
     def embedding_index(self) -> EmbeddingIndex | None:
         """Return the model and dimension this index was built with, if any."""
-        with self.connection() as conn:
+        with self.read_connection() as conn:  # queries check it: a replica may answer
             rows = dict(conn.execute(qa.EMBEDDING_INDEX_SETTINGS).fetchall())
         if "embedding_dimension" not in rows:
             return None

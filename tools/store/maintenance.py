@@ -12,6 +12,7 @@ from psycopg import sql
 
 from retrieval_pipeline.tools.store import sql_admin as qa
 from retrieval_pipeline.tools.store.connection import StoreConnection
+from retrieval_pipeline.tools.store.replicas import replica_read
 
 
 class StoreMaintenance(StoreConnection):
@@ -123,9 +124,10 @@ class StoreMaintenance(StoreConnection):
                 counts[table] = int(row[0]) if row else 0
         return counts
 
+    @replica_read
     def index_revision(self, tenant: str) -> str:
         """A cheap identifier of the index state a query saw (for replaying traces)."""
-        with self.connection() as conn:
+        with self.read_connection() as conn:  # a query-path read: a replica answers
             row = conn.execute(qa.INDEX_REVISION, {"t": tenant}).fetchone()
         chunks, latest = (row[0] or 0, row[1] or 0) if row else (0, 0)
         return f"chunks-{int(chunks)}-{int(latest * 1000)}"

@@ -61,7 +61,7 @@ SELECT pg_is_in_recovery(),
                                           - pg_last_xact_replay_timestamp()), 0.0)
        END::float8
 """
-CURRENT_WAL_LSN = "SELECT pg_current_wal_lsn()::text"
+CURRENT_WAL_LSN = "SELECT pg_current_wal_insert_lsn()::text"
 
 _FORCE_PRIMARY: ContextVar[bool] = ContextVar("rp_force_primary", default=False)
 _SERVED_BY: ContextVar[set[str] | None] = ContextVar("rp_served_by", default=None)
