@@ -365,4 +365,45 @@ class TestReplicaReads:
         assert _served_by(out) == ["replica 1"]
         with pytest.raises(DatabaseUnavailableError, match="PostgreSQL") as raised:
             Ingestor(replicated, embedder).ingest_paths([late])
-        assert "Retry" in str(raised.value) or "running" in str(raised.value)
+        message = str(raised.value)
+        assert "the primary" in message and "writes (ingest, delete)" in message
+
+
+class TestReplicaSettings:
+    def test_a_replica_that_is_down_at_start_is_skipped_and_the_primary_answers(
+        self, pg_url: str
+    ) -> None:
+        from retrieval_pipeline.tools.store import Store
+        from retrieval_pipeline.tools.store.replicas import recording_servers
+
+        dead = "postgresql://app:pw-not-shown@127.0.0.1:1/none"
+        with Store(pg_url, replica_urls=[dead]) as store, recording_servers() as seen:
+            assert store.index_revision("").startswith("chunks-")
+            assert [r.label for r in store.replicas] == ["replica 1"]
+            assert not store.replicas[0].health.up
+            assert "pw-not-shown" not in repr(store.replicas[0].health)
+        assert seen == {"primary"}
+
+    def test_replica_settings_come_from_the_environment(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from retrieval_pipeline.errors import ConfigurationError
+        from retrieval_pipeline.settings import replica_max_lag, replica_urls
+
+        monkeypatch.setenv(
+            "DATABASE_REPLICA_URLS", " postgresql://a/x, ,postgresql://b/x"
+        )
+        assert replica_urls() == ["postgresql://a/x", "postgresql://b/x"]
+        monkeypatch.delenv("RETRIEVAL_PIPELINE_REPLICA_MAX_LAG_S", raising=False)
+        assert replica_max_lag() == 5.0
+        monkeypatch.setenv("RETRIEVAL_PIPELINE_REPLICA_MAX_LAG_S", "soon")
+        with pytest.raises(ConfigurationError, match="number of seconds"):
+            replica_max_lag()
+
+    def test_wal_positions_compare_as_numbers(self) -> None:
+        from retrieval_pipeline.tools.store.replicas import parse_lsn
+
+        assert parse_lsn("0/16B3748") == 0x16B3748
+        assert parse_lsn("1/0") == 1 << 32
+        assert parse_lsn("1/0") > parse_lsn("0/FFFFFFFF")  # type: ignore[operator]
+        assert parse_lsn(None) is None

@@ -299,9 +299,17 @@ class StoreConnection:
             with self._borrow() as conn:
                 yield conn
         except PoolTimeout as exc:
+            role = "" if self._replicas is None else "the primary, "
+            hint = (
+                ""
+                if self._replicas is None
+                else " Queries go on from the read replicas; writes (ingest, delete)"
+                " need the primary: retry them once it is up."
+            )
             raise DatabaseUnavailableError(
-                f"no database connection available from {redact_url(self._conninfo)}"
-                f" ({exc}). Check that PostgreSQL is running."
+                f"no database connection available from {role}"
+                f"{redact_url(self._conninfo)} ({exc}). Check that PostgreSQL is "
+                f"running.{hint}"
             ) from exc
         except psycopg.errors.QueryCanceled:
             raise DatabaseTimeoutError(

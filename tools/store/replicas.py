@@ -4,7 +4,8 @@ A store with ``DATABASE_REPLICA_URLS`` (or ``replica_urls=``) keeps one small po
 per streaming standby. Query reads (:meth:`StoreConnection.read_connection`) take
 the replicas in turn and use one only when it is
 
-- up (a failed connection marks it down; it is probed again after a second),
+- up (a failed connection marks it down; a background connection attempt, at most
+  once a second, brings it back),
 - a standby (``pg_is_in_recovery()``), lagging at most the bound
   (``RETRIEVAL_PIPELINE_REPLICA_MAX_LAG_S``, default 5 s), and
 - caught up with this store's own last write: its ``pg_last_wal_replay_lsn()`` has
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
@@ -155,7 +156,8 @@ class Replica:
     ) -> None:
         self.label = f"replica {index}"
         self.conninfo = conninfo
-        self.health = ReplicaHealth()
+        # Down until a first connection attempt (in the background) succeeds.
+        self.health = ReplicaHealth(up=False, reason="not reached yet")
         self._probe_lock = threading.Lock()
         # No connection at start: a replica that is down must not delay the store.
         self.pool = ConnectionPool(
@@ -169,6 +171,7 @@ class Replica:
             open=False,
         )
         self.pool.open(wait=False)
+        self._probe()
 
     def mark_down(self, reason: str) -> None:
         """Skip this replica until the next check finds it up."""
@@ -176,22 +179,30 @@ class Replica:
             logger.warning("%s is down: %s", self.label, reason)
         self.health = ReplicaHealth(False, time.monotonic(), reason=reason)
 
-    def _probe(self) -> bool:
-        """One direct connection attempt, at most once a check interval."""
+    def _probe(self) -> None:
+        """Start one connection attempt in the background, at most once a second.
+
+        A query never waits for it: the replica rejoins once the attempt succeeds.
+        """
         if time.monotonic() - self.health.checked_at < CHECK_INTERVAL_S:
-            return False
+            return
         if not self._probe_lock.acquire(blocking=False):
-            return False  # another thread is probing it
+            return  # a probe is running
+        threading.Thread(
+            target=self._probe_now, name=f"probe {self.label}", daemon=True
+        ).start()
+
+    def _probe_now(self) -> None:
         try:
-            psycopg.connect(self.conninfo, connect_timeout=1).close()
+            psycopg.connect(self.conninfo, connect_timeout=2).close()
         except psycopg.Error as exc:
             self.mark_down(first_line(exc))
-            return False
+        else:
+            if not self.health.up:
+                logger.info("%s is up", self.label)
+            self.health = ReplicaHealth(up=True, reason="up; not checked yet")
         finally:
             self._probe_lock.release()
-        logger.info("%s is up again", self.label)
-        self.health = replace(self.health, up=True, checked_at=float("-inf"))
-        return True
 
     def check(self, conn: psycopg.Connection[Any]) -> ReplicaHealth:
         """Ask the replica whether it is a standby, its replay position and lag."""
@@ -212,7 +223,8 @@ class Replica:
         ``required_lsn`` is the primary's position after this store's last write;
         ``stale_ok`` (the primary is down) waives it and the lag bound.
         """
-        if not self.health.up and not self._probe():
+        if not self.health.up:
+            self._probe()
             return None
         try:
             conn = self.pool.getconn(timeout=BORROW_TIMEOUT_S)
