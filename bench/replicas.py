@@ -58,6 +58,24 @@ def _latencies(run: Callable[[int], Any], count: int) -> list[float]:
     return out
 
 
+def _paired(
+    runs: dict[str, Callable[[int], Any]], count: int
+) -> dict[str, list[float]]:
+    """Milliseconds per call of each setup, call by call, in alternating order.
+
+    Setup A and B run the same call back to back (A first on even calls, B first on
+    odd ones), so load from elsewhere on the machine falls on both alike.
+    """
+    out: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for i in range(count):
+        for name in names if i % 2 == 0 else names[::-1]:
+            started = time.perf_counter()
+            runs[name](i)
+            out[name].append((time.perf_counter() - started) * 1000)
+    return out
+
+
 def _throughput(run: Callable[[int], Any], clients: int, seconds: float) -> float:
     """Calls per second from ``clients`` threads over ``seconds``."""
     done = [0] * clients
@@ -158,6 +176,10 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         cluster.start()
         direct = Store(cluster.primary_url, replica_urls=[])
         Ingestor(direct, embedder).ingest_paths([SAMPLE_CORPUS])
+        # The steady state autovacuum reaches: hint bits and the visibility map set
+        # on the primary and replayed (a standby cannot set them durably itself).
+        with direct.connection() as conn:
+            conn.execute("VACUUM (ANALYZE)")
         cluster.wait_caught_up()
         routed = Store(cluster.primary_url, replica_urls=[cluster.standby_url])
         setups = {"one server": direct, "primary + replica": routed}
@@ -176,11 +198,14 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         qps: dict[str, list[float]] = {name: [] for name in setups}
         borrow: dict[str, list[float]] = {name: [] for name in setups}
         for _ in range(args.rounds):
-            for name, store in setups.items():
-                samples[name] += _latencies(retrieve(name), len(vectors))
-                borrow[name] += _latencies(
-                    _select_one(store.read_connection), 2 * len(vectors)
-                )
+            paired = _paired({n: retrieve(n) for n in setups}, len(vectors))
+            selects = _paired(
+                {n: _select_one(s.read_connection) for n, s in setups.items()},
+                2 * len(vectors),
+            )
+            for name in setups:
+                samples[name] += paired[name]
+                borrow[name] += selects[name]
                 qps[name].append(_throughput(retrieve(name), 2, args.throughput_s))
         from retrieval_pipeline.tools.store.replicas import recording_servers
 
@@ -204,6 +229,16 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         for name in setups
     }
     one, two = setups_out["one server"], setups_out["primary + replica"]
+    names = list(setups)
+    pair_delta = {
+        kind: round(
+            statistics.median(
+                b - a for a, b in zip(data[names[0]], data[names[1]], strict=True)
+            ),
+            3,
+        )
+        for kind, data in (("retrieve", samples), ("select1", borrow))
+    }
     return {
         "date": date.today().isoformat(),
         "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
@@ -216,10 +251,14 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         "routing_overhead_p50_ms": {
             "select1": round(two["select1_p50_ms"] - one["select1_p50_ms"], 3),
             "retrieve": round(two["p50_ms"] - one["p50_ms"], 3),
+            "select1_paired_median": pair_delta["select1"],
+            "retrieve_paired_median": pair_delta["retrieve"],
         },
         "failover": failover,
         "goals": {
-            "overhead_p50_under_1ms": two["select1_p50_ms"] - one["select1_p50_ms"]
+            "overhead_p50_under_1ms": max(
+                two["select1_p50_ms"] - one["select1_p50_ms"], pair_delta["select1"]
+            )
             < OVERHEAD_GOAL_MS,
             "zero_errors_kill_and_restart": failover["errors"] == 0,
         },
@@ -251,10 +290,15 @@ def markdown(results: dict[str, Any]) -> str:
     events = ", ".join(f"{e} at {t:.0f} s" for t, e in failover["events"])
     lines += [
         "",
-        f"Routing overhead, p50: {overhead['select1']:+.3f} ms per borrowed "
-        f"connection (goal < {OVERHEAD_GOAL_MS:.0f} ms: "
+        f"Routing overhead (routed minus direct): {overhead['select1']:+.3f} ms "
+        "between the p50s of a borrowed connection + `SELECT 1` (median of paired "
+        f"calls {overhead['select1_paired_median']:+.3f} ms; goal < "
+        f"{OVERHEAD_GOAL_MS:.0f} ms: "
         f"{'met' if results['goals']['overhead_p50_under_1ms'] else 'NOT met'}), "
-        f"{overhead['retrieve']:+.3f} ms per hybrid retrieve (three reads). "
+        f"{overhead['retrieve']:+.3f} ms between the p50s of a hybrid retrieve "
+        f"(three reads; paired median {overhead['retrieve_paired_median']:+.3f} ms; "
+        "the replica is another server with its own caches, so this also holds "
+        "their difference). "
         f"Reads in the routed setup answered by: "
         f"{', '.join(results['served_by_in_routed_setup'])}.",
         "",

@@ -156,6 +156,9 @@ class StoreConnection:
             else None
         )
         self.migrate()
+        if self._replicas is not None:
+            # Known now, while the primary answers: reads keep going if it stops.
+            self.pgvector_version()
 
     # --- lifecycle ----------------------------------------------------------------
     def _configure_connection(self, conn: psycopg.Connection[Any]) -> None:
