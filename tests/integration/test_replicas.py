@@ -327,13 +327,16 @@ class TestReplicaReads:
         workers = [threading.Thread(target=load) for _ in range(2)]
         for worker in workers:
             worker.start()
+
+        def wait_for(count: int) -> None:
+            deadline = time.monotonic() + 60  # a bound on the wait, not a timing test
+            while answered < count and not errors and time.monotonic() < deadline:
+                time.sleep(0.01)
+
         try:
-            while answered < 20:
-                time.sleep(0.01)
+            wait_for(20)
             cluster.kill_standby()
-            killed_at = answered
-            while answered < killed_at + 20:
-                time.sleep(0.01)
+            wait_for(answered + 20)
             assert _served_by(_ask(replicated, embedder)) == ["primary"]
         finally:
             stop.set()
