@@ -175,6 +175,9 @@ def create_app(
     """
     from langserve import add_routes
 
+    from retrieval_pipeline import serve_encoding
+
+    serve_encoding.install()
     if pipeline is None:
         from retrieval_pipeline.graph.builder import graph
 

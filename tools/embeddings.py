@@ -8,10 +8,11 @@ a quantised ONNX copy. Remote providers (OpenAI, Voyage, Cohere) resolve by name
 when their package is installed and their key is set.
 
 Concurrency: remote clients are thread-safe, so their calls run in parallel; a local
-model runs under its own semaphore (sentence-transformers is not re-entrant; an ONNX
-session already uses every core per call). Query embeddings run under a deadline
-(:meth:`Embedder.embed_query_within`); document batches of a remote provider run
-concurrently with retries, backoff and ``Retry-After`` (:meth:`Embedder.embed_each`).
+model runs under its own semaphore (sentence-transformers is not re-entrant: one call
+at a time; the ONNX session is run from one thread per core at once). Query
+embeddings run under a deadline (:meth:`Embedder.embed_query_within`); document
+batches of a remote provider run concurrently with retries, backoff and
+``Retry-After`` (:meth:`Embedder.embed_each`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from retrieval_pipeline.settings import EMBEDDINGS_ENV, embed_concurrency
 logger = logging.getLogger(__name__)
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-LOCAL_INT8_MODEL_NAME = LOCAL_MODEL_NAME + "#onnx-int8"
+LOCAL_INT8_MODEL_NAME = LOCAL_MODEL_NAME + "#onnx-int8-s8"
 EMBEDDER_CHOICES = (
     "local",
     "local-torch",
@@ -422,7 +423,9 @@ def local_minilm_onnx(*, int8: bool = False) -> Embedder:
             + f" ({runtime}, {'int8' if int8 else 'fp32'}, max {MAX_SEQ_LENGTH})"
         ),
         dimension=384,
-        concurrency=1,
+        # One session, run from several threads (ONNX Runtime's run is
+        # thread-safe); each run takes one core (OnnxMiniLM.parallel).
+        concurrency=embeddings.parallel,
         warm_up=embeddings.warm_up,
     )
 

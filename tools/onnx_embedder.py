@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ MAX_SEQ_LENGTH = 256  # sentence_bert_config.json of all-MiniLM-L6-v2
 # a batch pads to nearly its own length; measured on SciFact chunks (bench/embedders).
 ONNX_BATCH_SIZE = 32
 EXPORT_TIMEOUT_S = 600
+INT8_FILE = "model-int8-s8.onnx"
 
 
 def package_version(name: str) -> str:
@@ -203,8 +205,15 @@ def ensure_exported(directory: Path | None = None) -> Path:
 
 
 def ensure_quantized(directory: Path) -> Path:
-    """The int8 copy of ``model.onnx`` (dynamic quantisation of the MatMul weights)."""
-    target = directory / "model-int8.onnx"
+    """The int8 copy of ``model.onnx`` (dynamic quantisation of the MatMul weights).
+
+    Signed 8-bit weights, one scale per output channel: ONNX Runtime runs them as
+    u8 x s8 products, the form VNNI and AMX cores execute natively (the unsigned
+    7-bit form this replaced is the slow u8 x u8 path there). Per-tensor scales fell
+    to a cosine of 0.75 against fp32 on long repetitive input; per channel, the
+    cosine on real text stays near 0.99 (``tests/unit/test_onnx_embedder.py``).
+    """
+    target = directory / INT8_FILE
     if target.is_file():
         return target
     with _locked(directory):
@@ -212,23 +221,37 @@ def ensure_quantized(directory: Path) -> Path:
             return target
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        partial = directory / "model-int8.onnx.partial"
+        partial = directory / (INT8_FILE + ".partial")
         quantize_dynamic(
             str(directory / "model.onnx"),
             str(partial),
-            # Per-channel, 7-bit weights: cosine to fp32 ~0.99 on real text, where
-            # per-tensor QInt8 fell to 0.75 on long repetitive input.
-            weight_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
             op_types_to_quantize=["MatMul"],
             per_channel=True,
-            reduce_range=True,
         )
         os.replace(partial, target)
     return target
 
 
+def default_parallel() -> int:
+    """Concurrent ONNX runs: the cores this process may use, at most 4."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4))
+
+
 class OnnxMiniLM(Embeddings):
-    """A LangChain-compatible ``Embeddings`` (embed_documents / embed_query)."""
+    """A LangChain-compatible ``Embeddings`` (embed_documents / embed_query).
+
+    One session, run from several threads at once: each run uses ``threads``
+    intra-op threads (default 1) and up to ``parallel`` runs go at once (default:
+    the usable cores, at most 4). Document batches are spread over those runs (data
+    parallel), which measured faster than one run over every core
+    (``bench/embedders.py``), and concurrent queries from a server each get a core
+    instead of queueing behind one another.
+    """
 
     def __init__(
         self,
@@ -236,11 +259,17 @@ class OnnxMiniLM(Embeddings):
         *,
         int8: bool = False,
         threads: int | None = None,
+        parallel: int | None = None,
         batch_size: int = ONNX_BATCH_SIZE,
     ) -> None:
+        if threads is not None and threads < 1:
+            raise ConfigurationError("ONNX threads must be at least 1")
+        if parallel is not None and parallel < 1:
+            raise ConfigurationError("ONNX parallel runs must be at least 1")
         self.directory = directory
         self.int8 = int8
-        self.threads = threads
+        self.threads = threads or 1
+        self.parallel = parallel or default_parallel()
         self.batch_size = batch_size
         self._session: Any = None
         self._tokenizer: Any = None
@@ -269,7 +298,7 @@ class OnnxMiniLM(Embeddings):
             options.graph_optimization_level = (
                 onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
             )
-            options.intra_op_num_threads = self.threads or min(os.cpu_count() or 1, 4)
+            options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
             # No busy-waiting between ops: with several workers (or other work) on
             # the cores, spinning threads starve the thread that has work. Measured
@@ -310,10 +339,22 @@ class OnnxMiniLM(Embeddings):
         if not texts:
             return []
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        batches = [
+            order[offset : offset + self.batch_size]
+            for offset in range(0, len(order), self.batch_size)
+        ]
+
+        def run(chosen: list[int]) -> Any:
+            return self._run([texts[i] for i in chosen])
+
+        workers = min(self.parallel, len(batches))
+        if workers > 1:
+            with ThreadPoolExecutor(workers, thread_name_prefix="rp-onnx") as pool:
+                results = list(pool.map(run, batches))
+        else:
+            results = [run(chosen) for chosen in batches]
         out: list[list[float]] = [[] for _ in texts]
-        for offset in range(0, len(order), self.batch_size):
-            chosen = order[offset : offset + self.batch_size]
-            vectors = self._run([texts[i] for i in chosen])
+        for chosen, vectors in zip(batches, results, strict=True):
             for i, vector in zip(chosen, vectors, strict=True):
                 out[i] = vector.astype(float).tolist()
         return out

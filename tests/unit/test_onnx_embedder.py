@@ -98,3 +98,21 @@ def test_embed_deadline_is_validated() -> None:
     assert Context().embed_deadline_s > 0
     with pytest.raises(ConfigurationError, match="embed_deadline_s"):
         Context(embed_deadline_s=0)
+
+
+def test_parallel_runs_give_the_same_vectors_in_input_order(onnx: Embedder) -> None:
+    from retrieval_pipeline.tools.onnx_embedder import OnnxMiniLM
+
+    texts = _real_texts()[:14]
+    serial = OnnxMiniLM(batch_size=3, parallel=1)
+    spread = OnnxMiniLM(batch_size=3, parallel=3)
+    expected = np.array(onnx.embed_documents(texts))
+    assert np.allclose(np.array(serial.embed_documents(texts)), expected, atol=1e-5)
+    assert np.allclose(np.array(spread.embed_documents(texts)), expected, atol=1e-5)
+    with pytest.raises(ConfigurationError, match="parallel"):
+        OnnxMiniLM(parallel=0)
+
+
+def test_the_local_embedder_runs_queries_concurrently(onnx: Embedder) -> None:
+    # One ONNX session serves several threads at once (one core each).
+    assert onnx.concurrency == onnx.embeddings.parallel >= 1
