@@ -7,7 +7,8 @@
 (b) Provider faults: the peer answers 500, or hangs; each query runs the whole
     pipeline (lexical + dense) with ``embed_deadline_s``; every answer must come from
     the lexical channel within the deadline + 50 ms, with the fallback recorded.
-(c) ONNX (``local``) against torch (``local-torch``), same run: nDCG@10 of the
+(c) ONNX (``local``) and its int8 copy (``local-int8``) against torch
+    (``local-torch``), same run: nDCG@10 of the
     hybrid channel on SciFact, NFCorpus, HotpotQA and MuSiQue (test queries, as
     bench/quality.py), embedding throughput on the same chunk texts (chunks/s,
     interleaved rounds), query-embedding p50 (distinct queries, cache cleared) and
@@ -298,13 +299,18 @@ def part_c(
     previous: dict[str, Any],
     speed: bool,
     save: Any,
+    quality_of: tuple[str, ...] = ("onnx", "torch"),
 ) -> dict[str, Any]:
     from retrieval_pipeline.tools.embeddings import (
         local_minilm_onnx,
         local_minilm_torch,
     )
 
-    embedders = {"onnx": local_minilm_onnx(), "torch": local_minilm_torch()}
+    embedders = {
+        "onnx": local_minilm_onnx(),
+        "torch": local_minilm_torch(),
+        "int8": local_minilm_onnx(int8=True),
+    }
     for e in embedders.values():
         e.warm_up()
         e.embed_documents(["warm up"] * 8)
@@ -313,7 +319,8 @@ def part_c(
         out.update(_speed(embedders, home))
         save(out)
     out["quality"] = dict(out.get("quality", {}))
-    _quality(server_url, datasets, embedders, out["quality"], lambda: save(out))
+    chosen = {k: v for k, v in embedders.items() if k in quality_of}
+    _quality(server_url, datasets, chosen, out["quality"], lambda: save(out))
     return out
 
 
@@ -339,6 +346,10 @@ def _speed(embedders: dict[str, Any], home: Path) -> dict[str, Any]:
     out["throughput"]["speedup"] = round(
         statistics.median(rates["onnx"]) / statistics.median(rates["torch"]), 2
     )
+    if "int8" in rates:
+        out["throughput"]["speedup_int8"] = round(
+            statistics.median(rates["int8"]) / statistics.median(rates["torch"]), 2
+        )
     queries = list(load_beir(DATASETS["scifact"]).queries.values())[:QUERY_SAMPLES]
     latency: dict[str, list[float]] = {k: [] for k in embedders}
     for q in queries:
@@ -354,7 +365,11 @@ def _speed(embedders: dict[str, Any], home: Path) -> dict[str, Any]:
         for k, v in latency.items()
     }
     out["query_embed_ms"]["samples"] = len(queries)
-    out["rss"] = {"onnx": _rss("local", home), "torch": _rss("local-torch", home)}
+    out["rss"] = {
+        "onnx": _rss("local", home),
+        "torch": _rss("local-torch", home),
+        "int8": _rss("local-int8", home),
+    }
     return out
 
 
@@ -407,11 +422,15 @@ def _quality(
                     },
                 }
                 print(f"{ds} {name}: {quality[ds][name]}", file=sys.stderr)
-            quality[ds]["hybrid_delta"] = round(
-                quality[ds]["onnx"]["hybrid_ndcg@10"]
-                - quality[ds]["torch"]["hybrid_ndcg@10"],
-                4,
-            )
+            for name in embedders:
+                if name == "torch" or "torch" not in quality[ds]:
+                    continue
+                key = "hybrid_delta" if name == "onnx" else f"hybrid_delta_{name}"
+                quality[ds][key] = round(
+                    quality[ds][name]["hybrid_ndcg@10"]
+                    - quality[ds]["torch"]["hybrid_ndcg@10"],
+                    4,
+                )
             checkpoint()
     finally:
         store.close()
@@ -422,6 +441,13 @@ def main() -> int:
     parser.add_argument("--parts", nargs="+", default=["a", "b", "c"])
     parser.add_argument(
         "--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS)
+    )
+    parser.add_argument(
+        "--quality-of",
+        nargs="+",
+        default=["onnx", "torch"],
+        choices=["onnx", "torch", "int8"],
+        help="part c: the embedders whose retrieval quality is measured",
     )
     parser.add_argument(
         "--no-speed",
@@ -477,6 +503,7 @@ def main() -> int:
                 results.get("c_onnx_vs_torch", {}),
                 speed=not args.no_speed,
                 save=save,
+                quality_of=tuple(args.quality_of),
             )
     finally:
         server.stop()

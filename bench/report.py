@@ -472,7 +472,57 @@ def _serve_section(result: dict) -> list[str]:  # type: ignore[type-arg]
         f"**{result['speedup_2_over_1']:.2f}x** (goal >= 1.7x on 2 cores).",
         "",
     ]
+    lines += _cpu_lines(result["runs"])
+    if "remote" in result:
+        lines += _remote_lines(result["remote"])
     return lines
+
+
+def _cpu_lines(runs: list[dict]) -> list[str]:  # type: ignore[type-arg]
+    """Where the cores went in each load run (server, PostgreSQL, load client)."""
+    rows = [r for r in runs if r.get("cpu_seconds")]
+    if not rows:
+        return []
+    lines = [
+        "CPU seconds during each run (the server's processes, every PostgreSQL "
+        "process, the load client), against the capacity (run seconds x cores):",
+        "",
+        "| workers | req/s | server | PostgreSQL | client | capacity | server CPU ms per request |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        c = r["cpu_seconds"]
+        per = 1000 * c["server"] / max(r["requests"], 1)
+        lines.append(
+            f"| {r['workers']} | {r['throughput_rps']:.1f} | {c['server']:.1f} | "
+            f"{c['postgres']:.1f} | {c['client']:.1f} | {c['capacity']:.1f} | {per:.1f} |"
+        )
+    return [*lines, ""]
+
+
+def _remote_lines(remote: dict) -> list[str]:  # type: ignore[type-arg]
+    lines = [
+        f"**Remote embedder at {remote['peer_delay_s'] * 1000:.0f} ms** "
+        f"({remote['embedder']}), {remote['runs'][0]['clients']} clients, a new "
+        "question on every request (no cached query vector), runs in ABBA order:",
+        "",
+        "| workers | run | requests | errors | req/s | p50 ms | p95 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, run in enumerate(remote["runs"], 1):
+        lines.append(
+            f"| {run['workers']} | {i} | {run['requests']} | {run['errors']} | "
+            f"{run['throughput_rps']:.1f} | {run['p50_ms']:.0f} | {run['p95_ms']:.0f} |"
+        )
+    t, p95, goal = remote["throughput_rps"], remote["p95_ms"], remote["goal"]
+    lines += [
+        "",
+        f"Median: 1 worker {t['1']:.1f} req/s (p95 {p95['1']:.0f} ms), 2 workers "
+        f"{t['2']:.1f} req/s (p95 {p95['2']:.0f} ms); goal >= {goal['throughput_rps']} "
+        f"req/s at p95 < {goal['p95_ms']} ms.",
+        "",
+    ]
+    return [*lines, *_cpu_lines(remote["runs"])]
 
 
 def _interop_section(result: dict) -> list[str]:  # type: ignore[type-arg]
@@ -914,46 +964,70 @@ def _embedders_section(result: dict) -> list[str]:  # type: ignore[type-arg]
         lines.append("")
     c = parts.get("c_onnx_vs_torch")
     if c:
-        lines += [
-            "**ONNX (`local`) against torch (`local-torch`)**, same weights, same "
-            "process:",
-            "",
-            "| measure | ONNX | torch | ratio / delta | goal |",
-            "|---|---|---|---|---|",
-        ]
-        t = c.get("throughput")
-        if t:
-            r = t["chunks_per_s_median"]
-            lines.append(
-                f"| embedding throughput ({t['chunks']} SciFact chunks) | "
-                f"{r['onnx']:.1f} chunks/s | {r['torch']:.1f} chunks/s | "
-                f"{t['speedup']:.2f}x | >= {goals['ingest_speedup']}x |"
-            )
-        q = c.get("query_embed_ms")
-        if q:
-            lines.append(
-                f"| query embedding p50 ({q['samples']} SciFact queries) | "
-                f"{q['onnx']['p50']:.2f} ms | {q['torch']['p50']:.2f} ms | "
-                f"{q['onnx']['p50'] / q['torch']['p50']:.2f}x | "
-                f"<= {goals['query_p50_ms']} ms |"
-            )
-        rss = c.get("rss")
-        if rss:
-            lines.append(
-                "| RSS of a process with the embedder and the pipeline loaded | "
-                f"{rss['onnx']['rss_mb']:.0f} MB (torch imported: "
-                f"{rss['onnx']['torch_imported']}) | {rss['torch']['rss_mb']:.0f} MB | "
-                f"{rss['onnx']['rss_mb'] / rss['torch']['rss_mb']:.2f}x | "
-                f"<= {goals['rss_mb']:.0f} MB |"
-            )
-        for name, d in c.get("quality", {}).items():
-            lines.append(
-                f"| {name}: hybrid nDCG@10 ({d['onnx']['queries']} test queries) | "
-                f"{d['onnx']['hybrid_ndcg@10']:.4f} | "
-                f"{d['torch']['hybrid_ndcg@10']:.4f} | "
-                f"{d['hybrid_delta']:+.4f} | within {goals['ndcg_delta']} |"
-            )
-        lines.append("")
+        lines += _onnx_lines(c, goals)
+    return lines
+
+
+def _cell(d: dict, key: str, fmt: str) -> str:  # type: ignore[type-arg]
+    """``d[key]`` formatted, with its unit (x, ms, MB); "not run" when absent."""
+    if key not in d:
+        return "not run"
+    unit = {"speedup_int8": "x", "p50": " ms", "rss_mb": " MB"}.get(key, "")
+    return format(d[key], fmt) + unit
+
+
+def _onnx_lines(c: dict, goals: dict) -> list[str]:  # type: ignore[type-arg]
+    """ONNX fp32 and int8 against torch: speed, memory, retrieval quality."""
+    lines = [
+        "**ONNX (`local`, fp32) and its int8 copy (`local-int8`) against torch "
+        "(`local-torch`)**, same weights, same process; ratios are against torch:",
+        "",
+        "| measure | ONNX fp32 | ONNX int8 | torch | fp32 ratio / delta | int8 ratio / delta | goal (fp32) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    t = c.get("throughput")
+    if t:
+        r = t["chunks_per_s_median"]
+        int8 = f"{r['int8']:.1f} chunks/s" if "int8" in r else "not run"
+        lines.append(
+            f"| embedding throughput ({t['chunks']} SciFact chunks) | "
+            f"{r['onnx']:.1f} chunks/s | {int8} | {r['torch']:.1f} chunks/s | "
+            f"{t['speedup']:.2f}x | {_cell(t, 'speedup_int8', '.2f')} | "
+            f">= {goals['ingest_speedup']}x |"
+        )
+    q = c.get("query_embed_ms")
+    if q:
+        i8 = q.get("int8", {})
+        lines.append(
+            f"| query embedding p50 ({q['samples']} SciFact queries) | "
+            f"{q['onnx']['p50']:.2f} ms | {_cell(i8, 'p50', '.2f')} | "
+            f"{q['torch']['p50']:.2f} ms | "
+            f"{q['onnx']['p50'] / q['torch']['p50']:.2f}x | "
+            + (f"{i8['p50'] / q['torch']['p50']:.2f}x" if i8 else "not run")
+            + f" | <= {goals['query_p50_ms']} ms |"
+        )
+    rss = c.get("rss")
+    if rss:
+        i8 = rss.get("int8", {})
+        lines.append(
+            "| RSS of a process with the embedder and the pipeline loaded | "
+            f"{rss['onnx']['rss_mb']:.0f} MB (torch imported: "
+            f"{rss['onnx']['torch_imported']}) | {_cell(i8, 'rss_mb', '.0f')} | "
+            f"{rss['torch']['rss_mb']:.0f} MB | "
+            f"{rss['onnx']['rss_mb'] / rss['torch']['rss_mb']:.2f}x | "
+            + (f"{i8['rss_mb'] / rss['torch']['rss_mb']:.2f}x" if i8 else "not run")
+            + f" | <= {goals['rss_mb']:.0f} MB |"
+        )
+    for name, d in c.get("quality", {}).items():
+        i8 = d.get("int8", {})
+        lines.append(
+            f"| {name}: hybrid nDCG@10 ({d['onnx']['queries']} test queries) | "
+            f"{d['onnx']['hybrid_ndcg@10']:.4f} | {_cell(i8, 'hybrid_ndcg@10', '.4f')} | "
+            f"{d['torch']['hybrid_ndcg@10']:.4f} | "
+            f"{d['hybrid_delta']:+.4f} | {_cell(d, 'hybrid_delta_int8', '+.4f')} | "
+            f"within {goals['ndcg_delta']} |"
+        )
+    lines.append("")
     return lines
 
 

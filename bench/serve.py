@@ -15,7 +15,14 @@ then:
    pools (summed over workers by /metrics), the PostgreSQL backends and the RSS of
    each worker before (after a 5 s warm-up burst) and after.
 
+3. remote: the same load with a remote embedder answering in 200 ms (an
+   OpenAI-compatible peer in its own process) and a new question per request, so
+   every request waits on one embedding call; goal: >= 60 req/s at p95 < 1 s with
+   32 clients. The load runs record the CPU seconds of the server, PostgreSQL and
+   the client against the cores' capacity.
+
     python bench/serve.py [--seconds 30] [--clients 32] [--rounds 5]
+        [--parts overhead workers remote]
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -37,6 +45,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "serve.json"
+PARTS = ("overhead", "workers", "remote")
 SAMPLE = REPO / "examples" / "sample_corpus"
 QUESTIONS = [
     "Who owns the service that failed with ERR_CONN_RESET in v2.3.1?",
@@ -90,6 +99,31 @@ def _workers(proc: Any, expected: int) -> list[Any]:
         and "resource_tracker" not in " ".join(c.cmdline())
     ]
     return children
+
+
+def _cpu_seconds(server: Any) -> dict[str, float]:
+    """CPU seconds so far: the server's process tree, PostgreSQL, this process."""
+    import psutil
+
+    def used(p: Any) -> float:
+        try:
+            t = p.cpu_times()
+            return float(t.user + t.system)
+        except psutil.Error:
+            return 0.0
+
+    proc = psutil.Process(server.pid)
+    tree = [proc, *proc.children(recursive=True)]
+    postgres = [
+        p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"
+    ]
+    me = psutil.Process().cpu_times()
+    return {
+        "server": sum(used(p) for p in tree),
+        "postgres": sum(used(p) for p in postgres),
+        "client": used(psutil.Process()),
+        "children": me.children_user + me.children_system,  # finished wrk runs
+    }
 
 
 def _snapshot(url: str, store: Any, proc: Any, workers: int) -> dict[str, Any]:
@@ -146,15 +180,21 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=PARTS,
+        default=list(PARTS),
+        help="what to run (the others keep their previous results)",
+    )
     args = parser.parse_args()
-
-    import psutil
 
     home = Path(tempfile.mkdtemp(prefix="rp-bench-serve-"))
     os.environ["RETRIEVAL_PIPELINE_HOME"] = str(home)
     os.environ.pop("DATABASE_URL", None)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("RETRIEVAL_PIPELINE_API_KEYS", None)
+    env.pop("RETRIEVAL_PIPELINE_EMBEDDINGS", None)
     cli = str(Path(sys.executable).with_name("retrieval-pipeline"))
     subprocess.run([cli, "ingest", str(SAMPLE)], check=True, env=env)
 
@@ -164,57 +204,32 @@ def main() -> int:
 
     store = default_resources().store
     embedder = resolve_embedder()
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results: dict[str, Any] = {
+        **previous,
         "benchmark": "serve",
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{os.cpu_count()} cores",
         "embedder": f"{embedder.model} ({type(embedder.embeddings).__name__})",
         "load_avg_before": os.getloadavg()[0],
     }
-    runs: list[dict[str, Any]] = []
     try:
-        server, url = _start(cli, env, home, 1)
-        try:
-            results["overhead"] = overhead(graph, url, args.rounds)
-            print(json.dumps(results["overhead"], indent=2), file=sys.stderr)
-        finally:
-            _stop(server)
-        for workers in (1, 2, 2, 1):
-            server, url = _start(cli, env, home, workers)
+        if "overhead" in args.parts:
+            server, url = _start(cli, env, home, 1)
             try:
-                proc = psutil.Process(server.pid)
-                # A short burst first, so "before" is the warm steady state (pools
-                # at their working size, model and caches loaded).
-                asyncio.run(load(url, args.clients, 5))
-                before = _snapshot(url, store, proc, workers)
-                run = asyncio.run(load(url, args.clients, args.seconds))
-                time.sleep(1)
-                after = _snapshot(url, store, proc, workers)
+                results["overhead"] = overhead(graph, url, args.rounds)
+                print(json.dumps(results["overhead"], indent=2), file=sys.stderr)
             finally:
                 _stop(server)
-            run.update(workers=workers, before=before, after=after)
-            runs.append(run)
-            print(json.dumps(run), file=sys.stderr)
+        if "workers" in args.parts:
+            results.update(workers_abba(cli, env, home, store, args))
     finally:
         store.close()
         subprocess.run([cli, "db", "stop"], env=env, check=False)
-    results["runs"] = runs
+    if "remote" in args.parts:
+        results["remote"] = remote(cli, env, args)
+        print(json.dumps(results["remote"], indent=2), file=sys.stderr)
     results["load_avg_after"] = os.getloadavg()[0]
-    by = {
-        n: statistics.median(r["throughput_rps"] for r in runs if r["workers"] == n)
-        for n in (1, 2)
-    }
-    results["throughput_rps"] = {str(n): v for n, v in by.items()}
-    results["speedup_2_over_1"] = by[2] / by[1]
-    results["p50_ms"] = {
-        str(n): statistics.median(r["p50_ms"] for r in runs if r["workers"] == n)
-        for n in (1, 2)
-    }
-    results["p95_ms"] = {
-        str(n): statistics.median(r["p95_ms"] for r in runs if r["workers"] == n)
-        for n in (1, 2)
-    }
-    print(json.dumps({k: results[k] for k in ("throughput_rps", "speedup_2_over_1")}))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
     sys.path.insert(0, str(REPO / "bench"))
@@ -222,6 +237,104 @@ def main() -> int:
 
     print(write_benchmarks_md())
     return 0
+
+
+def workers_abba(
+    cli: str, env: dict[str, str], home: Path, store: Any, args: Any
+) -> dict[str, Any]:
+    """1, 2, 2, 1 workers under ``args.clients`` clients; medians and the ratio."""
+    import psutil
+
+    runs: list[dict[str, Any]] = []
+    for workers in (1, 2, 2, 1):
+        server, url = _start(cli, env, home, workers)
+        try:
+            proc = psutil.Process(server.pid)
+            # A short burst first, so "before" is the warm steady state (pools
+            # at their working size, model and caches loaded).
+            run_load(url, args.clients, 5)
+            before = _snapshot(url, store, proc, workers)
+            run = run_load(url, args.clients, args.seconds, server=server)
+            time.sleep(1)
+            after = _snapshot(url, store, proc, workers)
+        finally:
+            _stop(server)
+        run.update(workers=workers, before=before, after=after)
+        runs.append(run)
+        print(json.dumps(run), file=sys.stderr)
+    by = {
+        n: statistics.median(r["throughput_rps"] for r in runs if r["workers"] == n)
+        for n in (1, 2)
+    }
+    return {
+        "runs": runs,
+        "throughput_rps": {str(n): v for n, v in by.items()},
+        "speedup_2_over_1": by[2] / by[1],
+        "p50_ms": {
+            str(n): statistics.median(r["p50_ms"] for r in runs if r["workers"] == n)
+            for n in (1, 2)
+        },
+        "p95_ms": {
+            str(n): statistics.median(r["p95_ms"] for r in runs if r["workers"] == n)
+            for n in (1, 2)
+        },
+    }
+
+
+def remote(cli: str, env: dict[str, str], args: Any) -> dict[str, Any]:
+    """A remote embedder at 200 ms: ``args.clients`` clients, every question new.
+
+    The embeddings peer (OpenAI protocol, hashed-word vectors, 200 ms per call) runs
+    in its own process; the sample corpus is ingested through it into a database
+    of its own, then the server (1 and 2 workers) answers distinct questions, so
+    each request waits on one real 200 ms embedding call.
+    """
+    sys.path.insert(0, str(REPO / "bench"))
+    from embedders import PEER_DELAY_S, Peer
+
+    peer = Peer("slow", PEER_DELAY_S)
+    home = Path(tempfile.mkdtemp(prefix="rp-bench-serve-remote-"))
+    renv = {
+        **env,
+        "RETRIEVAL_PIPELINE_HOME": str(home),
+        "RETRIEVAL_PIPELINE_EMBEDDINGS": "openai:text-embedding-3-small",
+        "OPENAI_BASE_URL": f"{peer.url}/v1",
+        "OPENAI_API_KEY": "sk-bench-local",
+        "RETRIEVAL_PIPELINE_JUDGE_MODEL": "none",  # the embedder alone is remote
+    }
+    runs: list[dict[str, Any]] = []
+    try:
+        subprocess.run([cli, "ingest", str(SAMPLE)], check=True, env=renv)
+        for workers in (1, 2, 2, 1):
+            server, url = _start(cli, renv, home, workers)
+            try:
+                run_load(url, args.clients, 5, distinct=True)
+                run = run_load(
+                    url, args.clients, args.seconds, distinct=True, server=server
+                )
+            finally:
+                _stop(server)
+            run["workers"] = workers
+            runs.append(run)
+            print(json.dumps(run), file=sys.stderr)
+    finally:
+        subprocess.run([cli, "db", "stop"], env=renv, check=False)
+        peer.close()
+    best = {
+        n: statistics.median(r["throughput_rps"] for r in runs if r["workers"] == n)
+        for n in (1, 2)
+    }
+    return {
+        "peer_delay_s": PEER_DELAY_S,
+        "embedder": "openai:text-embedding-3-small (OpenAIEmbeddings, local peer)",
+        "runs": runs,
+        "throughput_rps": {str(n): v for n, v in best.items()},
+        "p95_ms": {
+            str(n): statistics.median(r["p95_ms"] for r in runs if r["workers"] == n)
+            for n in (1, 2)
+        },
+        "goal": {"throughput_rps": 60, "p95_ms": 1000},
+    }
 
 
 def overhead(graph: Any, url: str, rounds: int) -> dict[str, Any]:
@@ -278,8 +391,116 @@ def overhead(graph: Any, url: str, rounds: int) -> dict[str, Any]:
     }
 
 
-async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
+def run_load(
+    url: str,
+    clients: int,
+    seconds: float,
+    *,
+    distinct: bool = False,
+    server: Any = None,
+) -> dict[str, Any]:
+    """The load: wrk when installed (a C client: its own CPU stays small on the
+    cores the server shares), else asyncio httpx clients (``RP_BENCH_CLIENT=httpx``
+    forces these)."""
+    if shutil.which("wrk") and os.environ.get("RP_BENCH_CLIENT") != "httpx":
+        return load_wrk(url, clients, seconds, distinct=distinct, server=server)
+    run = asyncio.run(load(url, clients, seconds, distinct=distinct, server=server))
+    run["client_tool"] = "httpx (asyncio)"
+    return run
+
+
+def load_wrk(
+    url: str,
+    clients: int,
+    seconds: float,
+    *,
+    distinct: bool = False,
+    server: Any = None,
+) -> dict[str, Any]:
+    """``clients`` wrk connections (2 threads) for ``seconds``; the same record."""
+    import psutil
+
+    env = {
+        **os.environ,
+        "RP_QUESTIONS": "\n".join(QUESTIONS),
+        "RP_DISTINCT": "1" if distinct else "0",
+    }
+    cpu_before = _cpu_seconds(server) if server is not None else None
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            "wrk",
+            "-t2",
+            f"-c{clients}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            "30s",
+            "-s",
+            str(REPO / "bench" / "wrk" / "invoke.lua"),
+            url,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    elapsed = time.monotonic() - started
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
+    r = json.loads(line.removeprefix("RESULT "))
+    cpu: dict[str, float] | None = None
+    if cpu_before is not None:
+        after = _cpu_seconds(server)
+        cpu = {k: round(after[k] - cpu_before[k], 1) for k in after}
+        cpu["client"] = round(
+            psutil.Process().cpu_times().children_user
+            + psutil.Process().cpu_times().children_system
+            - cpu_before["children"],
+            1,
+        )
+        cpu.pop("children", None)
+        cpu["capacity"] = round(elapsed * len(psutil.Process().cpu_affinity()), 1)
+    duration = r["duration_us"] / 1e6
+    socket_errors = r["connect"] + r["read"] + r["write"] + r["timeout"]
+    good = r["requests"] - r["bad"]
+    return {
+        "client_tool": "wrk",
+        "cpu_seconds": cpu,
+        "clients": clients,
+        "seconds": round(duration, 1),
+        "requests": good,
+        "errors": r["bad"] + socket_errors,
+        "error_kinds": {
+            k: r[k]
+            for k in ("bad", "non2xx", "connect", "read", "write", "timeout")
+            if r[k]
+        },
+        "throughput_rps": good / duration,
+        "p50_ms": r["p50_us"] / 1000,
+        "p95_ms": r["p95_us"] / 1000,
+    }
+
+
+async def load(
+    url: str,
+    clients: int,
+    seconds: float,
+    *,
+    distinct: bool = False,
+    server: Any = None,
+) -> dict[str, Any]:
+    """``clients`` keep-alive clients posting questions for ``seconds``.
+
+    ``distinct``: every request's question is new (a request number appended), so
+    no query embedding is ever served from the embedder's cache (the remote run).
+    ``server``: the server's process; the run then records the CPU seconds spent
+    by the server (all its processes), PostgreSQL and this client, so a ratio can
+    be read against the cores' capacity.
+    """
     import httpx
+    import psutil
+
+    counter = iter(range(10**9))
+    cpu_before = _cpu_seconds(server) if server is not None else None
 
     latencies: list[float] = []
     errors: dict[str, int] = {}
@@ -290,6 +511,8 @@ async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
             i = index
             while time.monotonic() < stop:
                 q = QUESTIONS[i % len(QUESTIONS)]
+                if distinct:
+                    q = f"{q} ({next(counter)})"
                 i += 1
                 started = time.perf_counter()
                 try:
@@ -313,7 +536,14 @@ async def load(url: str, clients: int, seconds: float) -> dict[str, Any]:
     started = time.monotonic()
     await asyncio.gather(*(client(i) for i in range(clients)))
     elapsed = time.monotonic() - started
+    cpu: dict[str, float] | None = None
+    if cpu_before is not None:
+        after = _cpu_seconds(server)
+        cpu = {k: round(after[k] - cpu_before[k], 1) for k in after}
+        cpu.pop("children", None)
+        cpu["capacity"] = round(elapsed * len(psutil.Process().cpu_affinity()), 1)
     return {
+        "cpu_seconds": cpu,
         "clients": clients,
         "seconds": round(elapsed, 1),
         "requests": len(latencies),

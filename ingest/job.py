@@ -308,6 +308,7 @@ class Ingestor:
         written_ids: list[str] = []
         graph_changed = False
         tenants: set[str] = set()
+        written_batches = 0
         try:
             for offset in range(0, len(unique), DOCUMENT_BATCH):
                 batch = unique[offset : offset + DOCUMENT_BATCH]
@@ -327,6 +328,11 @@ class Ingestor:
                     )
                     if self._on_written is not None:
                         self._on_written(record)
+                written_batches += 1
+                if written_batches & (written_batches - 1) == 0:
+                    # Batches 1, 2, 4, 8, ...: the planner learns the tables' new
+                    # size while a big ingest is still writing (log2 n analyses).
+                    self.store.analyze()
                 summary.write_seconds += time.perf_counter() - write_started
                 bar.update(len(batch))
         finally:

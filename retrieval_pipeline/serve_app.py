@@ -7,8 +7,10 @@ the whole app (:func:`create_app`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -195,6 +197,9 @@ def create_app(
         version="0.1.0",
     )
     app.router.add_event_handler("shutdown", remove_listener)
+    executor = ServeExecutor()
+    app.router.add_event_handler("startup", executor.install)
+    app.router.add_event_handler("shutdown", executor.shutdown)
     app.state.metrics = metrics
     app.state.auth = "api-keys" if api_keys else "none"
 
@@ -227,6 +232,32 @@ def create_app(
     app.add_middleware(RequestMetrics, metrics=metrics)
 
     return app
+
+
+class ServeExecutor:
+    """The event loop's default executor, sized for a server (``serve_threads``).
+
+    LangGraph runs each sync stage of an async run on the loop's default executor;
+    asyncio's own has ``min(32, cores + 4)`` threads, so a few requests waiting on
+    a provider used them all. Installed at startup, on the loop uvicorn runs.
+    """
+
+    def __init__(self) -> None:
+        self.pool: ThreadPoolExecutor | None = None
+
+    async def install(self) -> None:
+        """Give the running loop a pool of ``serve_threads()`` threads."""
+        from retrieval_pipeline.settings import serve_threads
+
+        self.pool = ThreadPoolExecutor(
+            max_workers=serve_threads(), thread_name_prefix="rp-serve"
+        )
+        asyncio.get_running_loop().set_default_executor(self.pool)
+
+    async def shutdown(self) -> None:
+        """Let running stages finish; the loop's own shutdown joins the threads."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)
 
 
 def _add_service_routes(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
@@ -120,6 +122,7 @@ class Metrics:
         from prometheus_client import multiprocess
 
         self.refresh_pool()
+        forget_dead_workers()
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return generate_latest(registry)
@@ -197,3 +200,38 @@ def route_label(path: str) -> str:
     if path in ("/healthz", "/metrics", "/"):
         return path.strip("/") or "index"
     return "other"
+
+
+_LIVE_FILE = re.compile(r"^gauge_live\w*?_(\d+)\.db$")
+
+
+def forget_dead_workers(directory: str | None = None) -> list[int]:
+    """Drop the live gauges of worker processes that are gone; returns their pids.
+
+    A worker that exits cleanly removes its own; one killed (SIGKILL, the OOM
+    killer) cannot, and uvicorn starts a replacement beside its files, so
+    ``rp_workers`` and the pool gauges went on counting it. Checked at each scrape.
+    """
+    from prometheus_client import multiprocess
+
+    directory = directory or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory or not os.path.isdir(directory):
+        return []
+    dead: set[int] = set()
+    for name in os.listdir(directory):
+        match = _LIVE_FILE.match(name)
+        if match and not _alive(int(match.group(1))):
+            dead.add(int(match.group(1)))
+    for pid in sorted(dead):
+        multiprocess.mark_process_dead(pid, directory)  # type: ignore[no-untyped-call]
+    return sorted(dead)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True

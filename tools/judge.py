@@ -112,7 +112,13 @@ def understand(
 
 
 def resolve_judge(*, timeout_s: float = 10.0) -> Any | None:
-    """Return the environment's judge model, or None (the stage is then inactive)."""
+    """Return the environment's judge model, or None (the stage is then inactive).
+
+    ``RETRIEVAL_PIPELINE_JUDGE_MODEL=none`` turns the judge off even with an OpenAI
+    key or base URL set (a deployment that uses OpenAI for embeddings only).
+    """
+    if os.environ.get(JUDGE_MODEL_ENV, "").strip().lower() in ("none", "off"):
+        return None
     key = os.environ.get("OPENAI_API_KEY")
     base_url = os.environ.get("OPENAI_BASE_URL")
     if not key and not base_url:

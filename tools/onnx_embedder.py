@@ -339,9 +339,10 @@ class OnnxMiniLM(Embeddings):
         if not texts:
             return []
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        # Fewer texts than the runs could take: smaller batches, so every core works.
+        size = max(1, min(self.batch_size, -(-len(texts) // self.parallel)))
         batches = [
-            order[offset : offset + self.batch_size]
-            for offset in range(0, len(order), self.batch_size)
+            order[offset : offset + size] for offset in range(0, len(order), size)
         ]
 
         def run(chosen: list[int]) -> Any:

@@ -52,6 +52,46 @@ class TestIdempotency:
         assert _chunks_of(store, "teams/platform-team") == first
 
 
+class TestBatches:
+    def test_many_batches_of_new_and_changed_documents_keep_exact_statistics(
+        self,
+        ingestor: Ingestor,
+        store: Store,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Batches of a tenant the planner has not seen yet, then a replace of each.
+
+        The statistics statements read a batch's chunk ids once; planned as a join
+        on the tenant against stale statistics they had rescanned the tenant's
+        postings per row (a 1,000-document ingest hit the statement timeout).
+        """
+        from retrieval_pipeline.ingest import job
+
+        monkeypatch.setattr(job, "DOCUMENT_BATCH", 16)
+        records = [
+            {"_id": str(i), "text": f"Note {i} about topic {i % 7} and item {i * 3}."}
+            for i in range(70)
+        ]
+        write_jsonl(tmp_path / "c.jsonl", records)
+        first = ingestor.ingest_paths([tmp_path], tenant="batches")
+        assert (first.documents, first.failed) == (70, 0)
+        assert_stats_consistent(store)
+        for record in records[::2]:  # every other document changes
+            record["text"] += " A revised zebra line."
+        write_jsonl(tmp_path / "c.jsonl", records)
+        second = ingestor.ingest_paths([tmp_path], tenant="batches")
+        assert second.failed == 0 and second.documents + second.skipped == 70
+        assert second.documents >= 35  # at least the changed ones were replaced
+        assert_stats_consistent(store)
+        with store.connection() as conn:
+            zebra = conn.execute(
+                "SELECT df FROM term_stats"
+                " WHERE tenant = 'batches' AND lexeme = 'zebra'"
+            ).fetchone()
+        assert zebra == (35,)
+
+
 class TestRevisions:
     def test_a_changed_revision_replaces_all_its_chunks(
         self, ingestor: Ingestor, store: Store, tmp_path: Path

@@ -595,6 +595,8 @@ class TestWorkers:
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
                 ).fetchone()
             assert backends is not None and backends[0] <= 6
+            _kill_one_worker_and_see_it_replaced(server.pid, base, metrics)
+            assert invoke("finance-secret").status_code == 200
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             try:
@@ -610,3 +612,46 @@ class TestWorkers:
                     )
                 )
         assert "Traceback" not in log_path.read_text()
+
+
+def _worker_pids(server_pid: int) -> set[int]:
+    import psutil
+
+    pids = set()
+    for child in psutil.Process(server_pid).children(recursive=True):
+        try:
+            line = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "multiprocessing" in line and "resource_tracker" not in line:
+            pids.add(child.pid)
+    return pids
+
+
+def _kill_one_worker_and_see_it_replaced(
+    server_pid: int, base: str, metrics: Any
+) -> None:
+    """SIGKILL a worker: uvicorn starts another, and /metrics stops counting it."""
+    import os
+    import signal
+    import time
+
+    before = _worker_pids(server_pid)
+    assert len(before) == 2
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    text = ""
+    while True:
+        now = _worker_pids(server_pid)
+        if len(now) == 2 and victim not in now:
+            try:
+                with httpx.Client(base_url=base, timeout=10) as http:
+                    text = metrics(http)
+            except httpx.HTTPError:
+                text = ""
+            # Two live workers again, never three: the killed one's gauge is gone.
+            if "rp_workers 2.0" in text:
+                break
+        assert time.monotonic() < deadline, (now, text[-2000:])
+        time.sleep(0.5)

@@ -12,4 +12,4 @@ def parse_vector(text: str) -> tuple[float, ...]:
 
 def vector_literal(values: Sequence[float]) -> str:
     """Floats as a pgvector text literal, for a ``%s::vector`` parameter."""
-    return "[" + ",".join(repr(float(v)) for v in values) + "]"
+    return "[" + ",".join(map(repr, map(float, values))) + "]"

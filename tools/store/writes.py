@@ -102,8 +102,16 @@ class StoreWrites(StoreConnection):
     def _delete_documents(
         self, conn: psycopg.Connection[Any], tenant: str, ids: list[str]
     ) -> int:
-        """Delete one tenant's documents, their statistics first (its shard alone)."""
+        """Delete one tenant's documents, their statistics first (its shard alone).
+
+        Documents not stored yet (a first ingest) have nothing to delete: the
+        statements run only for the ids that exist.
+        """
         params = {"tenant": tenant, "document_ids": ids}
+        stored = [r[0] for r in conn.execute(q.STORED_DOCUMENTS, params)]
+        if not stored:
+            return 0
+        params = {"tenant": tenant, "document_ids": stored}
         conn.execute(q.SUBTRACT_TERM_STATS, params)
         conn.execute(q.SUBTRACT_CORPUS_STATS, params)
         conn.execute(q.CLEAR_HOME_DOCUMENTS, params)
