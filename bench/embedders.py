@@ -319,6 +319,8 @@ def part_c(
         out.update(_speed(embedders, home))
         save(out)
     out["quality"] = dict(out.get("quality", {}))
+    if not quality_of:
+        return out
     chosen = {k: v for k, v in embedders.items() if k in quality_of}
     _quality(server_url, datasets, chosen, out["quality"], lambda: save(out))
     return out
@@ -380,18 +382,30 @@ def _quality(
     quality: dict[str, Any],
     checkpoint: Any,
 ) -> None:
-    """Each data set ingested once per embedder, under its own tenant (in place)."""
+    """Each data set ingested once per embedder, under its own tenant (in place).
+
+    A database holds one vector space, so each embedder model gets its own
+    (fp32 ONNX and torch share one: same model name, same vectors).
+    """
     from retrieval_pipeline.eval.datasets import load_beir
     from retrieval_pipeline.eval.runner import CONFIGS, run_channel_configs
     from retrieval_pipeline.ingest.job import Ingestor
     from retrieval_pipeline.tools.retrieve import Retriever
     from retrieval_pipeline.tools.store import Store
 
-    store = Store(_database(server_url, "bench_embed_quality"))
+    stores: dict[str, Any] = {}
+
+    def store_for(model: str) -> Any:
+        if model not in stores:
+            suffix = "" if not stores else f"_{len(stores)}"
+            stores[model] = Store(_database(server_url, "bench_embed_quality" + suffix))
+        return stores[model]
+
     try:
         for ds in datasets:
-            quality[ds] = {}
+            quality[ds] = dict(quality.get(ds, {}))
             for name, e in embedders.items():
+                store = store_for(e.model)
                 dataset = load_beir(DATASETS[ds], name=f"{ds}-{name}")
                 started = time.perf_counter()
                 summary = Ingestor(store, e).ingest_paths(
@@ -433,7 +447,8 @@ def _quality(
                 )
             checkpoint()
     finally:
-        store.close()
+        for store in stores.values():
+            store.close()
 
 
 def main() -> int:
@@ -444,10 +459,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--quality-of",
-        nargs="+",
+        nargs="*",
         default=["onnx", "torch"],
         choices=["onnx", "torch", "int8"],
-        help="part c: the embedders whose retrieval quality is measured",
+        help="part c: the embedders whose retrieval quality is measured (none: speed)",
     )
     parser.add_argument(
         "--no-speed",

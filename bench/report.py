@@ -1100,9 +1100,97 @@ def write_benchmarks_md() -> Path:
             json.loads(manuals.read_text()),
             json.loads(check.read_text()) if check.exists() else None,
         )
+    replicas = RESULTS / "replicas.json"
+    if replicas.exists():
+        lines += _replicas_section(json.loads(replicas.read_text()))
+    capacity = RESULTS / "capacity.json"
+    if capacity.exists():
+        lines += _capacity_section(json.loads(capacity.read_text()))
     out = REPO / "BENCHMARKS.md"
     out.write_text("\n".join(lines))
     return out
+
+
+def _replicas_section(r: dict) -> list[str]:  # type: ignore[type-arg]
+    """bench/replicas.py: routing through a streaming replica, and failover."""
+    one, routed = r["setups"]["one server"], r["setups"]["primary + replica"]
+    o, f = r["routing_overhead_p50_ms"], r["failover"]
+    lines = [
+        "## Read replicas (`bench/replicas.py`)",
+        "",
+        f"{r['corpus']}; {r['workload']}; {r['rounds']} rounds; {r['machine']}; "
+        f"measured {r['date']}. On 2 cores this measures routing overhead and "
+        "correctness, not a speed-up (the primary and the standby share the cores).",
+        "",
+        "| setup | p50 ms | p95 ms | calls | q/s, 2 clients | SELECT 1 p50 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, v in (("one server", one), ("primary + replica", routed)):
+        lines.append(
+            f"| {name} | {v['p50_ms']:.2f} | {v['p95_ms']:.2f} | {v['calls']} | "
+            f"{v['qps_2_clients']:.1f} | {v['select1_p50_ms']:.3f} |"
+        )
+    events = ", ".join(f"{e} at {t:.0f} s" for t, e in f["events"])
+    lines += [
+        "",
+        f"Routing overhead, paired medians (call by call): "
+        f"**{o['select1_paired_median']:+.3f} ms** per borrowed connection (SELECT 1), "
+        f"{o['retrieve_paired_median']:+.3f} ms per retrieve (goal < 1 ms).",
+        "",
+        f"Failover: {f['seconds']:.0f} s of load, the replica {events}: "
+        f"{f['queries']} queries, **{f['errors']} errors**; served by "
+        + ", ".join(f"{k} {v}" for k, v in f["served_by"].items())
+        + ".",
+        "",
+    ]
+    return lines
+
+
+def _capacity_section(c: dict) -> list[str]:  # type: ignore[type-arg]
+    """bench/capacity.py: storage and HNSW per vector; projections (docs/scaling.md)."""
+    st, m = c["storage"], c["model"]
+    lines = [
+        "## Capacity (`bench/capacity.py`)",
+        "",
+        f"`{c['command']}`; {c['machine']['cpus']} cores, PostgreSQL "
+        f"{c['machine']['postgres']}, pgvector {c['machine']['pgvector']}, "
+        f"shared_buffers {c['machine']['shared_buffers']}; measured {c['date']}. "
+        "Storage from SciFact as ingested; HNSW builds and queries on "
+        f"{c['dimension']}-dimension vectors (ef_search {c['ef_search']}). "
+        "docs/scaling.md reads these into a capacity model.",
+        "",
+        f"Storage (measured): {st['chunks']:,} chunks in {st['total_bytes'] / 2**20:.0f} "
+        f"MiB, {st['bytes_per_chunk']:,.0f} bytes per chunk "
+        f"({st['chunks_per_gib']:,.0f} chunks per GiB).",
+        "",
+        "| vectors | HNSW build s (median) | index MiB | build peak MiB | query p50 ms | query p95 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for sh in c["shards"]:
+        lines.append(
+            f"| {sh['vectors']:,} | {sh['build_seconds']:.0f} | "
+            f"{sh['index_bytes'] / 2**20:.0f} | {sh['peak_anon_bytes'] / 2**20:.0f} | "
+            f"{sh['query_ms_p50']:.2f} | {sh['query_ms_p95']:.2f} |"
+        )
+    lines += [
+        "",
+        f"Per vector (measured): index {m['hnsw_index_bytes_per_vector']:,.0f} bytes, "
+        f"build memory {m['hnsw_build_memory_bytes_per_vector']:,.0f} bytes. "
+        "Extrapolated (n ln n fit of the build times): "
+        f"{m['hnsw_build_seconds_per_million_extrapolated'] / 3600:.1f} h to build one "
+        "million vectors on one core pair.",
+        "",
+        "| chunks (extrapolated) | shards | storage GiB per shard | HNSW build h per shard | HNSW index GiB per shard | fan-out query CPU ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in m["projections"]:
+        lines.append(
+            f"| {p['chunks']:,} | {p['shards']} | {p['storage_gib_per_shard']:.0f} | "
+            f"{p['hnsw_build_hours_per_shard']:.1f} | {p['hnsw_index_gib_per_shard']:.1f} | "
+            f"{p['fan_out_query_cpu_ms']:.1f} |"
+        )
+    lines.append("")
+    return lines
 
 
 if __name__ == "__main__":
