@@ -9,7 +9,7 @@ when their package is installed and their key is set.
 
 Concurrency: remote clients are thread-safe, so their calls run in parallel; a local
 model runs under its own semaphore (sentence-transformers is not re-entrant: one call
-at a time; the ONNX session is run from one thread per core at once). Query
+at a time; the ONNX session is run from several threads at once). Query
 embeddings run under a deadline (:meth:`Embedder.embed_query_within`); document
 batches of a remote provider run concurrently with retries, backoff and
 ``Retry-After`` (:meth:`Embedder.embed_each`).
@@ -409,6 +409,7 @@ def local_minilm_onnx(*, int8: bool = False) -> Embedder:
         MAX_SEQ_LENGTH,
         OnnxMiniLM,
         package_version,
+        usable_cores,
     )
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -423,9 +424,9 @@ def local_minilm_onnx(*, int8: bool = False) -> Embedder:
             + f" ({runtime}, {'int8' if int8 else 'fp32'}, max {MAX_SEQ_LENGTH})"
         ),
         dimension=384,
-        # One session, run from several threads (ONNX Runtime's run is
-        # thread-safe); each run takes one core (OnnxMiniLM.parallel).
-        concurrency=embeddings.parallel,
+        # One session, run from several threads at once (ONNX Runtime's run is
+        # thread-safe): a server's concurrent queries do not queue on one lock.
+        concurrency=usable_cores(),
         warm_up=embeddings.warm_up,
     )
 

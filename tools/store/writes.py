@@ -24,7 +24,7 @@ from retrieval_pipeline.tools.store.connection import StoreConnection
 from retrieval_pipeline.tools.store.graph_writes import write_graph
 from retrieval_pipeline.tools.store.records import DocumentRecord
 from retrieval_pipeline.tools.store.scope import AccessScope
-from retrieval_pipeline.tools.store.vectors import vector_literal
+from retrieval_pipeline.tools.store.vectors import format_vector
 
 
 @contextmanager
@@ -186,7 +186,7 @@ class StoreWrites(StoreConnection):
                             doc.embedding_version,
                             doc.updated_at,
                             list(chunk.identifiers),
-                            vector_literal(chunk.embedding),
+                            format_vector(chunk.embedding),
                             chunk.page_start,
                             chunk.page_end,
                         )
