@@ -101,6 +101,16 @@ def _workers(proc: Any, expected: int) -> list[Any]:
     return children
 
 
+def _letters(n: int) -> str:
+    """A request number spelled in letters (as bench/wrk/invoke.lua does)."""
+    out = ""
+    while True:
+        out = chr(97 + n % 26) + out
+        n //= 26
+        if n == 0:
+            return "zq" + out
+
+
 def _cpu_seconds(server: Any) -> dict[str, float]:
     """CPU seconds so far: the server's process tree, PostgreSQL, this process."""
     import psutil
@@ -124,6 +134,22 @@ def _cpu_seconds(server: Any) -> dict[str, float]:
         "client": used(psutil.Process()),
         "children": me.children_user + me.children_system,  # finished wrk runs
     }
+
+
+def _cpu_used(
+    before: dict[str, float] | None, server: Any, elapsed: float, *, client: str
+) -> dict[str, float] | None:
+    """CPU seconds since ``before``; the load client is this process (``client``)
+    or its finished children (``children``: wrk)."""
+    import psutil
+
+    if before is None:
+        return None
+    after = _cpu_seconds(server)
+    used = {k: round(after[k] - before[k], 1) for k in ("server", "postgres")}
+    used["client"] = round(after[client] - before[client], 1)
+    used["capacity"] = round(elapsed * len(psutil.Process().cpu_affinity()), 1)
+    return used
 
 
 def _snapshot(url: str, store: Any, proc: Any, workers: int) -> dict[str, Any]:
@@ -418,7 +444,6 @@ def load_wrk(
     server: Any = None,
 ) -> dict[str, Any]:
     """``clients`` wrk connections (2 threads) for ``seconds``; the same record."""
-    import psutil
 
     env = {
         **os.environ,
@@ -447,18 +472,7 @@ def load_wrk(
     elapsed = time.monotonic() - started
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
     r = json.loads(line.removeprefix("RESULT "))
-    cpu: dict[str, float] | None = None
-    if cpu_before is not None:
-        after = _cpu_seconds(server)
-        cpu = {k: round(after[k] - cpu_before[k], 1) for k in after}
-        cpu["client"] = round(
-            psutil.Process().cpu_times().children_user
-            + psutil.Process().cpu_times().children_system
-            - cpu_before["children"],
-            1,
-        )
-        cpu.pop("children", None)
-        cpu["capacity"] = round(elapsed * len(psutil.Process().cpu_affinity()), 1)
+    cpu = _cpu_used(cpu_before, server, elapsed, client="children")
     duration = r["duration_us"] / 1e6
     socket_errors = r["connect"] + r["read"] + r["write"] + r["timeout"]
     good = r["requests"] - r["bad"]
@@ -497,7 +511,6 @@ async def load(
     be read against the cores' capacity.
     """
     import httpx
-    import psutil
 
     counter = iter(range(10**9))
     cpu_before = _cpu_seconds(server) if server is not None else None
@@ -511,8 +524,8 @@ async def load(
             i = index
             while time.monotonic() < stop:
                 q = QUESTIONS[i % len(QUESTIONS)]
-                if distinct:
-                    q = f"{q} ({next(counter)})"
+                if distinct:  # a new word (letters, not an identifier) per request
+                    q = f"{q} {_letters(index * 1000003 + next(counter))}"
                 i += 1
                 started = time.perf_counter()
                 try:
@@ -536,12 +549,7 @@ async def load(
     started = time.monotonic()
     await asyncio.gather(*(client(i) for i in range(clients)))
     elapsed = time.monotonic() - started
-    cpu: dict[str, float] | None = None
-    if cpu_before is not None:
-        after = _cpu_seconds(server)
-        cpu = {k: round(after[k] - cpu_before[k], 1) for k in after}
-        cpu.pop("children", None)
-        cpu["capacity"] = round(elapsed * len(psutil.Process().cpu_affinity()), 1)
+    cpu = _cpu_used(cpu_before, server, elapsed, client="client")
     return {
         "cpu_seconds": cpu,
         "clients": clients,

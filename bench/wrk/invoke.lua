@@ -1,7 +1,8 @@
 -- wrk script for bench/serve.py: POST /retrieve/invoke with the bench questions.
--- RP_QUESTIONS: the questions, one per line; RP_DISTINCT=1 appends a request
--- number so no query vector is ever cached. A response counts as good only when it
--- is a 200 whose body holds a non-empty chunk list; done() prints one JSON line.
+-- RP_QUESTIONS: the questions, one per line; RP_DISTINCT=1 appends a word spelled
+-- from the request number, so no query vector is ever cached. A response counts as
+-- good only when it is a 200 whose body holds a non-empty chunk list; done() prints
+-- one JSON line.
 local threads = {}
 
 function setup(thread)
@@ -21,11 +22,22 @@ function init(args)
   wrk.headers["Content-Type"] = "application/json"
 end
 
+-- A number spelled in letters (a word no document holds): the question is new, so
+-- its vector is not cached, without the digits that would read as an identifier.
+function letters(n)
+  local out = ""
+  repeat
+    out = string.char(97 + n % 26) .. out
+    n = math.floor(n / 26)
+  until n == 0
+  return "zq" .. out
+end
+
 function request()
   counter = counter + 1
   local q = questions[(counter % #questions) + 1]
   if distinct then
-    q = q .. " (" .. id .. "-" .. counter .. ")"
+    q = q .. " " .. letters(id * 1000003 + counter)
   end
   local body = '{"input":{"question":"' .. q .. '","limit":8}}'
   return wrk.format("POST", "/retrieve/invoke", nil, body)
