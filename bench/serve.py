@@ -288,22 +288,21 @@ def workers_abba(
         run.update(workers=workers, before=before, after=after)
         runs.append(run)
         print(json.dumps(run), file=sys.stderr)
-    by = {
-        n: statistics.median(r["throughput_rps"] for r in runs if r["workers"] == n)
-        for n in (1, 2)
-    }
+    throughput = _median_by_workers(runs, "throughput_rps")
     return {
         "runs": runs,
-        "throughput_rps": {str(n): v for n, v in by.items()},
-        "speedup_2_over_1": by[2] / by[1],
-        "p50_ms": {
-            str(n): statistics.median(r["p50_ms"] for r in runs if r["workers"] == n)
-            for n in (1, 2)
-        },
-        "p95_ms": {
-            str(n): statistics.median(r["p95_ms"] for r in runs if r["workers"] == n)
-            for n in (1, 2)
-        },
+        "throughput_rps": throughput,
+        "speedup_2_over_1": throughput["2"] / throughput["1"],
+        "p50_ms": _median_by_workers(runs, "p50_ms"),
+        "p95_ms": _median_by_workers(runs, "p95_ms"),
+    }
+
+
+def _median_by_workers(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """The median of ``key`` over the runs of 1 worker and of 2 (keys "1", "2")."""
+    return {
+        str(n): statistics.median(r[key] for r in runs if r["workers"] == n)
+        for n in (1, 2)
     }
 
 
@@ -346,19 +345,12 @@ def remote(cli: str, env: dict[str, str], args: Any) -> dict[str, Any]:
     finally:
         subprocess.run([cli, "db", "stop"], env=renv, check=False)
         peer.close()
-    best = {
-        n: statistics.median(r["throughput_rps"] for r in runs if r["workers"] == n)
-        for n in (1, 2)
-    }
     return {
         "peer_delay_s": PEER_DELAY_S,
         "embedder": "openai:text-embedding-3-small (OpenAIEmbeddings, local peer)",
         "runs": runs,
-        "throughput_rps": {str(n): v for n, v in best.items()},
-        "p95_ms": {
-            str(n): statistics.median(r["p95_ms"] for r in runs if r["workers"] == n)
-            for n in (1, 2)
-        },
+        "throughput_rps": _median_by_workers(runs, "throughput_rps"),
+        "p95_ms": _median_by_workers(runs, "p95_ms"),
         "goal": {"throughput_rps": 60, "p95_ms": 1000},
     }
 

@@ -329,9 +329,11 @@ class Ingestor:
                     if self._on_written is not None:
                         self._on_written(record)
                 written_batches += 1
-                if written_batches & (written_batches - 1) == 0:
+                more = offset + DOCUMENT_BATCH < len(unique)
+                if more and written_batches & (written_batches - 1) == 0:
                     # Batches 1, 2, 4, 8, ...: the planner learns the tables' new
-                    # size while a big ingest is still writing (log2 n analyses).
+                    # size while a big ingest is still writing (log2 n analyses;
+                    # the last batch is analysed once, after the loop).
                     self.store.analyze()
                 summary.write_seconds += time.perf_counter() - write_started
                 bar.update(len(batch))

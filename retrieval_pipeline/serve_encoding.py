@@ -9,8 +9,8 @@ LangServe's module an encoder that stops after the first, Rust, pass for pydanti
 models (anything else still goes to FastAPI's), and a JSON response rendered by
 orjson instead of the standard library. The bodies parse to the same values
 (``tests/unit/test_serve_encoding.py``); only float spelling may differ
-(``1e-07`` against ``1e-7``), and a
-non-finite float, which Starlette refuses with a 500, is written as ``null``.
+(``1e-07`` against ``1e-7``), and a non-finite float, which Starlette refuses with
+a 500, is written as ``null``.
 
 This swaps two names in ``langserve.api_handler``, LangServe's own module: LangServe
 is in maintenance mode and pinned below 1 here. When either name is missing (a

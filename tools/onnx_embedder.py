@@ -29,7 +29,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -247,11 +246,9 @@ class OnnxMiniLM(Embeddings):
 
     One session, safe to run from several threads at once (a server's concurrent
     queries). Each run uses ``threads`` intra-op threads (default: the usable cores,
-    at most 4); ``parallel`` > 1 also spreads one call's document batches over that
-    many concurrent runs. Measured on 2 cores (``bench/embedders.py`` and the numbers
-    in the README): 2 threads per run gave the lowest single-query latency (3.5 ms
-    against 7.5 ms for one thread) and the same document throughput as data-parallel
-    runs of one thread each, so one run over every core is the default.
+    at most 4). Measured on 2 cores (``bench/embedders.py``, SciFact queries): 2
+    threads per run gave a p50 of 5.5 ms against 9.5 ms for one thread, and
+    data-parallel batches of one thread each gave no more document throughput.
     """
 
     def __init__(
@@ -260,17 +257,13 @@ class OnnxMiniLM(Embeddings):
         *,
         int8: bool = False,
         threads: int | None = None,
-        parallel: int = 1,
         batch_size: int = ONNX_BATCH_SIZE,
     ) -> None:
         if threads is not None and threads < 1:
             raise ConfigurationError("ONNX threads must be at least 1")
-        if parallel < 1:
-            raise ConfigurationError("ONNX parallel runs must be at least 1")
         self.directory = directory
         self.int8 = int8
         self.threads = threads or usable_cores()
-        self.parallel = parallel
         self.batch_size = batch_size
         self._session: Any = None
         self._tokenizer: Any = None
@@ -340,23 +333,10 @@ class OnnxMiniLM(Embeddings):
         if not texts:
             return []
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        # With parallel runs, fewer texts than they could take: smaller batches.
-        size = max(1, min(self.batch_size, -(-len(texts) // self.parallel)))
-        batches = [
-            order[offset : offset + size] for offset in range(0, len(order), size)
-        ]
-
-        def run(chosen: list[int]) -> Any:
-            return self._run([texts[i] for i in chosen])
-
-        workers = min(self.parallel, len(batches))
-        if workers > 1:
-            with ThreadPoolExecutor(workers, thread_name_prefix="rp-onnx") as pool:
-                results = list(pool.map(run, batches))
-        else:
-            results = [run(chosen) for chosen in batches]
         out: list[list[float]] = [[] for _ in texts]
-        for chosen, vectors in zip(batches, results, strict=True):
+        for offset in range(0, len(order), self.batch_size):
+            chosen = order[offset : offset + self.batch_size]
+            vectors = self._run([texts[i] for i in chosen])
             for i, vector in zip(chosen, vectors, strict=True):
                 out[i] = vector.astype(float).tolist()
         return out

@@ -100,17 +100,15 @@ def test_embed_deadline_is_validated() -> None:
         Context(embed_deadline_s=0)
 
 
-def test_parallel_runs_give_the_same_vectors_in_input_order(onnx: Embedder) -> None:
+def test_small_batches_give_the_same_vectors_in_input_order(onnx: Embedder) -> None:
     from retrieval_pipeline.tools.onnx_embedder import OnnxMiniLM
 
     texts = _real_texts()[:14]
-    serial = OnnxMiniLM(batch_size=3, parallel=1)
-    spread = OnnxMiniLM(batch_size=3, parallel=3)
+    batched = OnnxMiniLM(batch_size=3, threads=1)
     expected = np.array(onnx.embed_documents(texts))
-    assert np.allclose(np.array(serial.embed_documents(texts)), expected, atol=1e-5)
-    assert np.allclose(np.array(spread.embed_documents(texts)), expected, atol=1e-5)
-    with pytest.raises(ConfigurationError, match="parallel"):
-        OnnxMiniLM(parallel=0)
+    assert np.allclose(np.array(batched.embed_documents(texts)), expected, atol=1e-5)
+    with pytest.raises(ConfigurationError, match="threads"):
+        OnnxMiniLM(threads=0)
 
 
 def test_the_local_embedder_runs_queries_concurrently(onnx: Embedder) -> None:

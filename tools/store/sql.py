@@ -261,11 +261,12 @@ WHERE id = ANY(%(document_ids)s::text[])
 GROUP BY tenant ORDER BY tenant
 """
 
-# The batch's chunk ids, read once: the statements below reach the postings through
-# chunk_terms_chunk (an index on chunk_id) whatever the planner believes about the
-# tenant's size. Statistics are stale while an ingest is writing a new tenant (the
-# job analyses between batches, not after each one), and a join on the tenant had
-# planned a nested loop that rescanned the tenant's postings for every row.
+# The batch's chunk ids, computed once before the postings are read: the statements
+# below then filter chunk_terms by a fixed id list (chunk_terms_chunk can serve it),
+# so even a plan that scans the tenant's postings does so once, never per row.
+# Statistics are stale while an ingest writes a new tenant (the job analyses between
+# batches, not after each one), and a join on the tenant had planned a nested loop
+# that rescanned the tenant's postings for every row.
 _BATCH_CHUNK_IDS = """ARRAY(
           SELECT c.id FROM chunks c
           WHERE c.tenant = %(tenant)s
