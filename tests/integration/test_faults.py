@@ -200,6 +200,36 @@ class TestDatabaseFaults:
         after = retriever.retrieve(QUESTION, limit=3)  # no new Store: the pool heals
         assert [c.chunk_id for c in after] == [c.chunk_id for c in before]
 
+    def test_a_terminated_backend_is_replaced_on_borrow_without_an_error(
+        self, pg_url: str
+    ) -> None:
+        """The borrow check finds a connection the server closed; a live one costs
+        no statement (the check looks at the socket, not the server)."""
+        with Store(pg_url, pool_size=2, connect_timeout=5) as fresh:
+            with fresh.connection() as conn:
+                pid = conn.info.backend_pid
+            with psycopg.connect(pg_url, autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            time.sleep(0.2)  # the FATAL message and the close reach the socket
+            with fresh.connection() as conn:  # no error: the pool swapped it
+                assert conn.info.backend_pid != pid
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+                live = conn.info.backend_pid
+            sent: list[str] = []
+            original = psycopg.Connection.execute
+
+            def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                sent.append(str(query))
+                return original(self, query, *args, **kwargs)
+
+            psycopg.Connection.execute = spy  # type: ignore[method-assign]
+            try:
+                with fresh.connection() as conn:
+                    assert conn.info.backend_pid == live
+            finally:
+                psycopg.Connection.execute = original  # type: ignore[method-assign]
+            assert sent == []  # no empty query on a healthy borrow
+
     def test_a_statement_timeout_is_a_clear_503_and_service_resumes(
         self, pg_url: str, store: Store, embedder: Any, corpus: None
     ) -> None:

@@ -32,6 +32,7 @@ from retrieval_pipeline.settings import (
     statement_timeout,
 )
 from retrieval_pipeline.tools.store import sql_admin as qa
+from retrieval_pipeline.tools.store.liveness import check_idle_connection
 from retrieval_pipeline.tools.store.replicas import (
     CURRENT_WAL_LSN,
     PRIMARY,
@@ -124,7 +125,7 @@ class StoreConnection:
             min_size=1,
             max_size=pool_size,
             timeout=connect_timeout,
-            check=ConnectionPool.check_connection,  # recover after a server restart
+            check=check_idle_connection,  # recover after a server restart
             configure=self._configure_connection,
             open=False,
         )

@@ -37,6 +37,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from retrieval_pipeline.errors import DatabaseUnavailableError
 from retrieval_pipeline.settings import redact_url
+from retrieval_pipeline.tools.store.liveness import check_idle_connection
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ class Replica:
             min_size=0,
             max_size=pool_size,
             timeout=BORROW_TIMEOUT_S,
-            check=ConnectionPool.check_connection,
+            check=check_idle_connection,
             configure=configure,
             reconnect_timeout=0,  # a failed connect is reported, not retried for 5 min
             open=False,

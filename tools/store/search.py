@@ -167,8 +167,10 @@ class StoreSearch(StoreConnection):
         depth: int,
         ef_search: int,
     ) -> list[tuple[Any, ...]]:
-        with self.read_connection() as conn, conn.transaction():
-            if not exact:
+        with self.read_connection() as conn:
+            if exact:  # no index settings: one statement, no transaction around it
+                return conn.execute(statement, params).fetchall()
+            with conn.transaction():  # the SET LOCALs end with it (pooler-safe)
                 conn.execute(
                     qa.SET_EF_SEARCH.format(sql.Literal(max(ef_search, depth)))
                 )
@@ -176,7 +178,7 @@ class StoreSearch(StoreConnection):
                     # Keep walking the graph until `depth` rows pass the filters
                     # (pgvector 0.8); older versions return short lists under filters.
                     conn.execute(qa.SET_ITERATIVE_SCAN)
-            return conn.execute(statement, params).fetchall()
+                return conn.execute(statement, params).fetchall()
 
     @replica_read
     def document_metadata(
