@@ -64,6 +64,13 @@ class PeerBehaviour:
 
 def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        # Keep-alive, as the hosted providers are: an HTTP/1.0 peer closed every
+        # connection, so each call paid a TCP connect on both sides of a load bench.
+        protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes: without TCP_NODELAY the second
+        # waits for the client's delayed ACK (40 ms) on a kept-alive connection.
+        disable_nagle_algorithm = True
+
         def log_message(self, *args: Any) -> None:
             return None
 
@@ -76,6 +83,7 @@ def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
                 self._embed(body, len(behaviour.requests))
                 return
             if behaviour.mode == "reset":
+                self.close_connection = True
                 self.connection.close()
                 return
             if behaviour.mode == "slow":
@@ -143,6 +151,7 @@ def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
                 self._send(200, b'{"data": [{"index": 0, "embedd')
                 return
             elif mode == "reset":
+                self.close_connection = True
                 self.connection.close()
                 return
             vectors = [hashed_embedding(t) for t in texts]
