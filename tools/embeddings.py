@@ -333,13 +333,17 @@ class Embedder:
             return PendingQuery(done, time.monotonic())
         self.warm_up()  # a cold model is loaded outside any deadline
         with self._cache_lock:
-            pending = self._pending.get(text)
-            if pending is None:
-                future = _query_pool.submit(self._embed_query_now, text)
-                pending = PendingQuery(future, time.monotonic())
-                self._pending[text] = pending
-                future.add_done_callback(lambda _: self._forget(text, pending))
-            return pending
+            joined = self._pending.get(text)
+            if joined is not None:
+                return joined
+            future = _query_pool.submit(self._embed_query_now, text)
+            pending = PendingQuery(future, time.monotonic())
+            self._pending[text] = pending
+        # Outside the lock: a call that has already finished (a provider refusing
+        # at once) runs the callback here, in this thread, which would otherwise
+        # wait forever on the lock it holds (and every later query behind it).
+        future.add_done_callback(lambda _: self._forget(text, pending))
+        return pending
 
     def _forget(self, text: str, pending: PendingQuery) -> None:
         with self._cache_lock:
