@@ -238,6 +238,28 @@ class TestDatabaseFaults:
                 psycopg.Connection.execute = original  # type: ignore[method-assign]
             assert sent == []
 
+    def test_without_poll_the_full_check_runs(
+        self, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A platform without select.poll falls back to psycopg_pool's empty query."""
+        from retrieval_pipeline.tools.store import liveness
+
+        with Store(pg_url, pool_size=1, connect_timeout=5) as single:
+            with single.connection():
+                pass
+            monkeypatch.setattr(liveness, "select", object())  # no poll() at all
+            sent: list[str] = []
+            original = psycopg.Connection.execute
+
+            def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                sent.append(str(query))
+                return original(self, query, *args, **kwargs)
+
+            monkeypatch.setattr(psycopg.Connection, "execute", spy)
+            with single.connection() as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert sent == ["", "SELECT 1"]  # the check's empty query, then ours
+
     def test_a_statement_timeout_is_a_clear_503_and_service_resumes(
         self, pg_url: str, store: Store, embedder: Any, corpus: None
     ) -> None:

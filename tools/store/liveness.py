@@ -29,7 +29,8 @@ def check_idle_connection(conn: psycopg.Connection[Any]) -> None:
         poller = select.poll()  # poll, not select: no FD_SETSIZE limit on the fd
         poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
         pending = bool(poller.poll(0))
-    except (OSError, ValueError, psycopg.Error):
-        pending = True  # no socket to look at: let the full check decide
+    except (AttributeError, OSError, ValueError, psycopg.Error):
+        # No poll() on this platform, or no socket to look at: the full check.
+        pending = True
     if pending:
         ConnectionPool.check_connection(conn)
