@@ -53,6 +53,19 @@ def corpus(ingestor: Ingestor, sample_corpus: Path) -> None:
     ingestor.ingest_paths([sample_corpus])
 
 
+def _statements_sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement a psycopg connection executes from now on (to the test's end)."""
+    sent: list[str] = []
+    original = psycopg.Connection.execute
+
+    def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    return sent
+
+
 def _timed(graph: Any, context: Context) -> tuple[dict[str, Any], float]:
     started = time.monotonic()
     out = graph.invoke({"question": QUESTION, "limit": 5}, context=context)
@@ -217,25 +230,17 @@ class TestDatabaseFaults:
                     assert conn.info.backend_pid != pid
                     assert conn.execute("SELECT 1").fetchone() == (1,)
 
-    def test_a_healthy_borrow_sends_no_statement(self, pg_url: str) -> None:
+    def test_a_healthy_borrow_sends_no_statement(
+        self, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """The check looks at the socket, not the server: no empty query per borrow."""
         with Store(pg_url, pool_size=1, connect_timeout=5) as single:
             with single.connection() as conn:  # the one connection, configured
                 live = conn.info.backend_pid
-            sent: list[str] = []
-            original = psycopg.Connection.execute
-
-            def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-                sent.append(str(query))
-                return original(self, query, *args, **kwargs)
-
-            psycopg.Connection.execute = spy  # type: ignore[method-assign]
-            try:
-                for _ in range(5):
-                    with single.connection() as conn:
-                        assert conn.info.backend_pid == live
-            finally:
-                psycopg.Connection.execute = original  # type: ignore[method-assign]
+            sent = _statements_sent(monkeypatch)
+            for _ in range(5):
+                with single.connection() as conn:
+                    assert conn.info.backend_pid == live
             assert sent == []
 
     def test_without_poll_the_full_check_runs(
@@ -248,14 +253,7 @@ class TestDatabaseFaults:
             with single.connection():
                 pass
             monkeypatch.setattr(liveness, "select", object())  # no poll() at all
-            sent: list[str] = []
-            original = psycopg.Connection.execute
-
-            def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-                sent.append(str(query))
-                return original(self, query, *args, **kwargs)
-
-            monkeypatch.setattr(psycopg.Connection, "execute", spy)
+            sent = _statements_sent(monkeypatch)
             with single.connection() as conn:
                 assert conn.execute("SELECT 1").fetchone() == (1,)
             assert sent == ["", "SELECT 1"]  # the check's empty query, then ours
