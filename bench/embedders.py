@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing
 import os
@@ -384,8 +385,9 @@ def _quality(
 ) -> None:
     """Each data set ingested once per embedder, under its own tenant (in place).
 
-    A database holds one vector space, so each embedder model gets its own
-    (fp32 ONNX and torch share one: same model name, same vectors).
+    A database holds one vector space, so each embedder gets its own, named after
+    its model and version: a changed graph (a new export format, another runtime)
+    is ingested afresh instead of reusing vectors another graph wrote.
     """
     from retrieval_pipeline.eval.datasets import load_beir
     from retrieval_pipeline.eval.runner import CONFIGS, run_channel_configs
@@ -395,17 +397,19 @@ def _quality(
 
     stores: dict[str, Any] = {}
 
-    def store_for(model: str) -> Any:
-        if model not in stores:
-            suffix = "" if not stores else f"_{len(stores)}"
-            stores[model] = Store(_database(server_url, "bench_embed_quality" + suffix))
-        return stores[model]
+    def store_for(e: Any) -> Any:
+        key = f"{e.model} {e.version}"
+        if key not in stores:
+            digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+            name = f"bench_embed_quality_{digest}"
+            stores[key] = Store(_database(server_url, name))
+        return stores[key]
 
     try:
         for ds in datasets:
             quality[ds] = dict(quality.get(ds, {}))
             for name, e in embedders.items():
-                store = store_for(e.model)
+                store = store_for(e)
                 dataset = load_beir(DATASETS[ds], name=f"{ds}-{name}")
                 started = time.perf_counter()
                 summary = Ingestor(store, e).ingest_paths(

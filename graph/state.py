@@ -29,6 +29,9 @@ class Candidate(TypedDict):
     channel_scores: NotRequired[dict[str, float]]
     """Raw score per channel, best over the branches; only when the caller asked for
     debug (a raw BM25 score is a side channel, issue 15)."""
+    document_id: NotRequired[str]
+    """The chunk's internal document id, as the channel that found it read it
+    (graph fusion seeds from it without another statement)."""
 
 
 def merge_pool(
@@ -57,6 +60,9 @@ def merge_pool(
         rerank = incoming.get("rerank_score", current.get("rerank_score"))
         if rerank is not None:
             combined["rerank_score"] = rerank
+        document = incoming.get("document_id", current.get("document_id"))
+        if document is not None:
+            combined["document_id"] = document
         if "channel_scores" in current or "channel_scores" in incoming:
             scores = dict(current.get("channel_scores", {}))
             for channel, raw in incoming.get("channel_scores", {}).items():

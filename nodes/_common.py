@@ -95,14 +95,21 @@ def access_scope(resources: PipelineResources, state: Mapping[str, Any]) -> Acce
 
 
 def run_revision(
-    resources: PipelineResources, state: Mapping[str, Any], tracing: bool
+    resources: PipelineResources,
+    state: Mapping[str, Any],
+    tracing: bool,
+    known: str | None = None,
 ) -> str | None:
-    """The index revision (one SQL call), read only when someone will see it.
+    """The index revision, only when someone will see it.
 
     A debug caller sees it in the debug block; the operator trace always holds it.
+    ``known`` is the revision the run's lexical channel read with its weights (no
+    statement); without it (no query word occurs in the tenant), one SQL call.
     """
     if not tracing and not shows_debug(state):
         return None
+    if known:
+        return known
     return resources.store.index_revision(bind_state(state).get("tenant") or "")
 
 

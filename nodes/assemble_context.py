@@ -23,7 +23,7 @@ from retrieval_pipeline.nodes._common import (
     shows_debug,
     stage_timer,
 )
-from retrieval_pipeline.observability import tracing_active
+from retrieval_pipeline.observability import recorded_revision, tracing_active
 from retrieval_pipeline.tools.assembly import AssemblyItem, assemble
 from retrieval_pipeline.tools.store.records import (
     ChunkOutput,
@@ -101,7 +101,9 @@ def assemble_context(
         }
     )
     tracing = tracing_active()
-    revision = run_revision(resources, state, tracing)
+    revision = run_revision(
+        resources, state, tracing, recorded_revision(state.get("trace_key"))
+    )
     summary = run_summary(state, resources, ctx)
     if shown:
         summary["index_revision"] = revision

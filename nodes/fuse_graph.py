@@ -31,6 +31,11 @@ def fuse_graph(
             query_of(state),
             {c["chunk_id"]: c["score"] for c in pool.values()},
             scope,
+            pool_documents={
+                c["chunk_id"]: c["document_id"]
+                for c in pool.values()
+                if "document_id" in c
+            },
             seeds=ctx.graph_seeds,
             top_entities=ctx.top_entities,
             max_hops=ctx.max_hops,
@@ -40,15 +45,17 @@ def fuse_graph(
             score_weight=ctx.graph_score_weight,
             rrf_k=ctx.rrf_k,
         )
-    added: dict[str, Candidate] = {
-        chunk_id: {
+    added: dict[str, Candidate] = {}
+    for chunk_id, score, ranks in [*result.added, *result.boosted]:
+        candidate: Candidate = {
             "chunk_id": chunk_id,
             "score": score,
             "ranks": {**(pool[chunk_id]["ranks"] if chunk_id in pool else {}), **ranks},
             "graph_boosted": True,
         }
-        for chunk_id, score, ranks in [*result.added, *result.boosted]
-    }
+        if chunk_id in result.documents_of:
+            candidate["document_id"] = result.documents_of[chunk_id]
+        added[chunk_id] = candidate
     debug.update(
         {
             "graph_added": len(result.added),

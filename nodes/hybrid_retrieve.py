@@ -62,6 +62,8 @@ def hybrid_retrieve(
             "ranks": ranks,
             "graph_boosted": False,
         }
+        if chunk_id in trace.documents:
+            candidate["document_id"] = trace.documents[chunk_id]
         if shown:  # raw scores are a side channel (issue 15): debug only
             candidate["channel_scores"] = {
                 channel: scores[chunk_id]
@@ -99,7 +101,9 @@ def _branch_debug(
         "embed_ms": round(trace.embed_ms, 3),
     }
     record_timings(
-        branch.get("trace_key"), branch={"branch": branch["branch"], **timings}
+        branch.get("trace_key"),
+        branch={"branch": branch["branch"], **timings},
+        revision=trace.index_revision,
     )
     # Timings and the lexical mode depend on postings the caller cannot see:
     # debug only (issue 15). The candidate count is over visible chunks.

@@ -71,7 +71,9 @@ def plain_retrieve(
     output = [chunk.to_dict() for chunk in chunks]
     debug["assembled_tokens"] = sum(c.token_count for c in chunks)
     debug["token_method"] = "stored"
-    revision = run_revision(resources, state, trace_key is not None)
+    revision = run_revision(
+        resources, state, trace_key is not None, trace.index_revision
+    )
     if shown:
         debug["index_revision"] = revision
     if trace_key is not None:

@@ -88,11 +88,13 @@ def record_timings(
     stage: str | None = None,
     ms: float = 0.0,
     branch: Mapping[str, Any] | None = None,
+    revision: str = "",
 ) -> None:
     """Add to a run's pending trace timings; a no-op without a key.
 
     ``stage``/``ms``: a stage's milliseconds (summed over branches); ``branch``: one
-    branch's channel timings.
+    branch's channel timings; ``revision``: the index revision a branch's channels
+    read (the first one recorded is kept).
     """
     if not key:
         return
@@ -104,8 +106,19 @@ def record_timings(
             stage_ms[stage] = round(stage_ms.get(stage, 0.0) + ms, 3)
         if branch is not None:
             timings["branches"].append(dict(branch))
+        if revision:
+            timings.setdefault("index_revision", revision)
         while len(_pending) > _PENDING_RUNS:
             _pending.popitem(last=False)
+
+
+def recorded_revision(key: str | None) -> str | None:
+    """The index revision a run's channels recorded, if any (the run keeps it)."""
+    if not key:
+        return None
+    with _pending_lock:
+        revision = _pending.get(key, {}).get("index_revision")
+    return str(revision) if revision else None
 
 
 def take_timings(key: str | None) -> dict[str, Any]:

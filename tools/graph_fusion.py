@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from retrieval_pipeline.tools.retrieve import Retriever
+from retrieval_pipeline.tools.retrieve import RetrievalTrace, Retriever
 from retrieval_pipeline.tools.store.graph import GraphStore
 from retrieval_pipeline.tools.store.store import AccessScope
 
@@ -52,6 +52,8 @@ class GraphFusionResult:
     seed_entities: int = 0
     expanded_entities: int = 0
     documents: int = 0
+    documents_of: dict[str, str] = field(default_factory=dict)
+    """Internal document id of each added or boosted chunk."""
 
 
 def seed_documents(
@@ -83,16 +85,24 @@ def graph_fusion(
     chunk_cap: int,
     score_weight: float,
     rrf_k: int,
+    pool_documents: Mapping[str, str] | None = None,
 ) -> GraphFusionResult:
     """Expand from the pool's strongest documents; return linked chunks, new or boosted.
 
     Of the scoped retrieve's passages, the ``chunk_cap`` best by chain score are kept:
     those missing from the pool are added; those already in it count as boosted when
     the chain scores them higher (the pool's merge keeps the max).
+
+    ``pool_documents`` gives the pool chunks' document ids as the channels read
+    them (under the same scope); only chunks missing from it cost a statement.
     """
     result = GraphFusionResult()
     store = retriever.store
-    documents_of = store.chunk_documents(list(pool_scores), scope)
+    known = pool_documents or {}
+    documents_of = {c: known[c] for c in pool_scores if c in known}
+    missing = [c for c in pool_scores if c not in known]
+    if missing:
+        documents_of.update(store.chunk_documents(missing, scope))
     expansion = GraphStore(store).expand(
         seed_documents(pool_scores, documents_of, seeds),
         scope,
@@ -113,8 +123,11 @@ def graph_fusion(
         return result
     # The caller's scope, narrowed to the linked documents: every other filter holds.
     scoped = replace(scope, doc_keys=tuple(links))
-    found = retriever.fused(query, scoped, depth=max(chunk_cap * 2, 20), rrf_k=rrf_k)
-    found_in = store.chunk_documents([chunk_id for chunk_id, _, _ in found], scoped)
+    trace = RetrievalTrace()
+    found = retriever.fused(
+        query, scoped, depth=max(chunk_cap * 2, 20), rrf_k=rrf_k, trace=trace
+    )
+    found_in = trace.documents
     # The page of an entity the question asks for through a named relation ("who
     # owns X": the owner's page) answers by the link itself: its best passage earns
     # full relevance, so it reaches (never passes) its seed's score.
@@ -141,4 +154,7 @@ def graph_fusion(
             result.added.append(item)
         elif score > pool_scores[chunk_id]:
             result.boosted.append(item)
+        else:
+            continue
+        result.documents_of[chunk_id] = found_in[chunk_id]
     return result

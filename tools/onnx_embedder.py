@@ -36,13 +36,17 @@ from langchain_core.embeddings import Embeddings
 
 from retrieval_pipeline.errors import ConfigurationError
 
-# Bump when the exported graph changes (inputs, outputs, pooling, opset).
-EXPORT_FORMAT = 1
+# Bump when the exported graph changes (inputs, outputs, pooling, opset, fusion).
+# 2: eager attention, then ONNX Runtime's BERT fusions (Attention, SkipLayerNorm,
+# BiasGelu, EmbedLayerNorm); the int8 copy quantises the fused Attention too.
+EXPORT_FORMAT = 2
 OPSET = 17
 MAX_SEQ_LENGTH = 256  # sentence_bert_config.json of all-MiniLM-L6-v2
 # Texts per ONNX run when embedding documents. Texts are sorted by length first, so
-# a batch pads to nearly its own length; measured on SciFact chunks (bench/embedders).
-ONNX_BATCH_SIZE = 32
+# a batch pads to nearly its own length. Small runs stay in cache: on 2 cores, 128
+# long SciFact chunks went at 42.8 chunks/s (int8) and 22.3 (fp32) in runs of 8,
+# against 36.9 and 20.2 in runs of 32; 256 short texts 359 against 304 (int8).
+ONNX_BATCH_SIZE = 8
 EXPORT_TIMEOUT_S = 600
 INT8_FILE = "model-int8-s8.onnx"
 
@@ -105,7 +109,9 @@ def export(directory: Path) -> None:
     from transformers import AutoModel
 
     source = weights_dir()
-    model = AutoModel.from_pretrained(str(source)).eval()
+    # Eager attention exports the plain MatMul/Softmax pattern that ONNX Runtime's
+    # BERT optimizer fuses into one Attention op; SDPA's exported form is not fused.
+    model = AutoModel.from_pretrained(str(source), attn_implementation="eager").eval()
 
     class Pooled(torch.nn.Module):
         """Token states -> masked mean -> L2 normalised (sentence-transformers)."""
@@ -151,6 +157,7 @@ def export(directory: Path) -> None:
             do_constant_folding=True,
             dynamo=False,
         )
+    fusion = _fuse(partial, model.config)
     tokenizer = (source / "tokenizer.json").read_bytes()
     (directory / "tokenizer.json.partial").write_bytes(tokenizer)
     manifest = {
@@ -163,11 +170,46 @@ def export(directory: Path) -> None:
         "format": EXPORT_FORMAT,
         "max_seq_length": MAX_SEQ_LENGTH,
         "pooling": "mean, L2-normalised",
+        "fused_operators": fusion,
     }
     (directory / "manifest.json.partial").write_text(json.dumps(manifest, indent=1))
     os.replace(directory / "tokenizer.json.partial", directory / "tokenizer.json")
     os.replace(directory / "manifest.json.partial", directory / "manifest.json")
     os.replace(partial, directory / "model.onnx")  # last: its presence means "done"
+
+
+def _fuse(path: Path, config: Any) -> dict[str, int]:
+    """Rewrite ``path`` with ONNX Runtime's BERT fusions; the fused op counts.
+
+    Measured on 2 cores (128 long SciFact chunks, same run): fp32 17.3 -> 23.6
+    chunks/s, int8 26.6 -> 43.7, query p50 7.6 -> 5.6 ms; vectors unchanged
+    (cosine >= 0.99999 against the unfused graph). When the optimizer does not
+    recognise the graph (another transformers version), the unfused graph stays:
+    slower, the same vectors.
+    """
+    try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        optimized = optimize_model(
+            str(path),
+            model_type="bert",
+            num_heads=int(config.num_attention_heads),
+            hidden_size=int(config.hidden_size),
+            opt_level=0,  # the session applies its own level at load
+        )
+        counts = {
+            k: int(v) for k, v in optimized.get_fused_operator_statistics().items() if v
+        }
+    except Exception as exc:  # noqa: BLE001 - any optimizer failure keeps the graph
+        print(f"ONNX fusion skipped: {exc}", file=sys.stderr)
+        return {}
+    if counts.get("Attention", 0) != int(config.num_hidden_layers):
+        print(f"ONNX fusion incomplete, unfused graph kept: {counts}", file=sys.stderr)
+        return {}
+    fused = path.with_name(path.name + ".fused")
+    optimized.save_model_to_file(str(fused))
+    os.replace(fused, path)
+    return counts
 
 
 def ensure_exported(directory: Path | None = None) -> Path:
@@ -218,6 +260,7 @@ def ensure_quantized(directory: Path) -> Path:
     with _locked(directory):
         if target.is_file():
             return target
+        import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         partial = directory / (INT8_FILE + ".partial")
@@ -225,8 +268,12 @@ def ensure_quantized(directory: Path) -> Path:
             str(directory / "model.onnx"),
             str(partial),
             weight_type=QuantType.QInt8,
-            op_types_to_quantize=["MatMul"],
+            # The fused Attention's QKV projection too (QAttention): 35.4 -> 43.7
+            # long chunks/s against MatMul alone, the same cosine to fp32 (0.99).
+            op_types_to_quantize=["MatMul", "Attention"],
             per_channel=True,
+            # Shape inference cannot type the outputs of the fused (contrib) ops.
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
         os.replace(partial, target)
     return target

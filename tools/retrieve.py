@@ -97,6 +97,12 @@ class RetrievalTrace:
     # Raw (chunk id -> score) per fused channel; a side channel (issue 15): a caller
     # sees it only with debug.
     channel_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Internal document id of every chunk the channels returned (scoped like them),
+    # so a caller needs no second statement to group chunks by document.
+    documents: dict[str, str] = field(default_factory=dict)
+    # The index revision the lexical channel read its weights under ("" when no
+    # query lexeme occurs in the tenant); operator traces use it (debug-gated).
+    index_revision: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -217,11 +223,13 @@ class Retriever:
             phrases=parsed.phrases,
             exhaustive_postings=self.lexical_exhaustive_postings,
             stats=lexical_stats,
+            documents=trace.documents,
         )
         trace.lexical_ms = (time.perf_counter() - started) * 1000
         trace.lexical_mode = lexical_stats.get("mode", "")
         trace.lexical_postings = lexical_stats.get("postings", 0)
         trace.lexical_candidates = len(lexical)
+        trace.index_revision = lexical_stats.get("revision", trace.index_revision)
         lexical_hits = [(chunk_id, score) for chunk_id, score, _ in lexical]
         if not run_dense:
             return {"lexical": lexical_hits, "dense": []}
@@ -238,7 +246,12 @@ class Retriever:
             trace.embed_ms = (time.perf_counter() - embed_started) * 1000
         started = time.perf_counter()
         dense = self.store.search_dense(
-            vector, scope, depth=depth, ef_search=HNSW_EF_SEARCH
+            vector,
+            scope,
+            depth=depth,
+            ef_search=HNSW_EF_SEARCH,
+            tenant_chunks=lexical_stats.get("chunks"),
+            documents=trace.documents,
         )
         trace.dense_ms = (time.perf_counter() - started) * 1000
         trace.dense_candidates = len(dense)

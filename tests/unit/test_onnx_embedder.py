@@ -116,3 +116,30 @@ def test_the_local_embedder_runs_queries_concurrently(onnx: Embedder) -> None:
     from retrieval_pipeline.tools.onnx_embedder import usable_cores
 
     assert onnx.concurrency == usable_cores() >= 1
+
+
+def test_the_export_is_fused_and_an_unfusable_graph_is_kept(
+    onnx: Embedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnxruntime.transformers.optimizer as optimizer
+
+    from retrieval_pipeline.tools import onnx_embedder
+
+    manifest = json.loads((model_dir() / "manifest.json").read_text())
+    # One fused Attention per layer: the graph ONNX Runtime runs fastest on CPU.
+    assert manifest["format"] == onnx_embedder.EXPORT_FORMAT >= 2
+    assert manifest["fused_operators"]["Attention"] == 6
+
+    graph = tmp_path / "model.onnx"
+    graph.write_bytes(b"not rewritten")
+
+    class Config:
+        num_attention_heads, hidden_size, num_hidden_layers = 12, 384, 6
+
+    def refuses(*_: object, **__: object) -> None:
+        raise RuntimeError("unknown pattern")
+
+    monkeypatch.setattr(optimizer, "optimize_model", refuses)
+    assert onnx_embedder._fuse(graph, Config()) == {}
+    assert graph.read_bytes() == b"not rewritten"
+    assert not list(tmp_path.glob("*.fused"))

@@ -12,6 +12,7 @@ from psycopg import sql
 
 from retrieval_pipeline.tools.store import sql_admin as qa
 from retrieval_pipeline.tools.store.connection import StoreConnection
+from retrieval_pipeline.tools.store.records import revision_label
 from retrieval_pipeline.tools.store.replicas import replica_read
 
 
@@ -129,8 +130,7 @@ class StoreMaintenance(StoreConnection):
         """A cheap identifier of the index state a query saw (for replaying traces)."""
         with self.read_connection() as conn:  # a query-path read: a replica answers
             row = conn.execute(qa.INDEX_REVISION, {"t": tenant}).fetchone()
-        chunks, latest = (row[0] or 0, row[1] or 0) if row else (0, 0)
-        return f"chunks-{int(chunks)}-{int(latest * 1000)}"
+        return revision_label(*(row or (None, None)))
 
     def chunk_sources(self, tenant: str) -> dict[str, str]:
         """Map every chunk id of a tenant to its document's own id (for evaluation)."""

@@ -261,3 +261,12 @@ def chunk_output(
     if debug if debug is not None else bool(chunk.channel_scores):
         out["channel_scores"] = dict(chunk.channel_scores)
     return out
+
+
+def revision_label(chunk_count: Any, latest_ingest: Any) -> str:
+    """The index revision a query saw: ``chunks-<count>-<newest ingest, epoch ms>``.
+
+    Cheap to read (the tenant's corpus statistics and its newest ingest) and enough
+    to tell, when replaying a trace, whether the index changed since.
+    """
+    return f"chunks-{int(chunk_count or 0)}-{int((latest_ingest or 0) * 1000)}"

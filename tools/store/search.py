@@ -16,6 +16,7 @@ from retrieval_pipeline.tools.store import sql as q
 from retrieval_pipeline.tools.store import sql_admin as qa
 from retrieval_pipeline.tools.store import sql_documents as qd
 from retrieval_pipeline.tools.store.connection import StoreConnection
+from retrieval_pipeline.tools.store.records import revision_label
 from retrieval_pipeline.tools.store.replicas import replica_read
 from retrieval_pipeline.tools.store.scope import AccessScope
 from retrieval_pipeline.tools.store.vectors import parse_vector, vector_literal
@@ -69,6 +70,7 @@ class StoreSearch(StoreConnection):
         exhaustive_postings: int | None = LEXICAL_EXHAUSTIVE_POSTINGS,
         read_budget: int = LEXICAL_READ_BUDGET,
         stats: dict[str, Any] | None = None,
+        documents: dict[str, str] | None = None,
     ) -> list[tuple[str, float, int]]:
         """BM25 over postings, OR semantics: (chunk id, score, identifier hits).
 
@@ -78,7 +80,11 @@ class StoreSearch(StoreConnection):
         strongest postings within ``read_budget`` from the impact-ordered index and
         re-scores the best candidates exactly (approximate, bounded cost).
         ``exhaustive_postings=None`` always scores exhaustively. ``stats``, when
-        given, receives the mode and the postings the query touches.
+        given, receives the mode, the postings the query touches, and (when a query
+        lexeme occurs in the tenant) ``chunks`` (the tenant's chunk count) and
+        ``revision`` (the index revision, as :meth:`index_revision` spells it), read
+        in the same statement as the weights. ``documents``, when given, receives
+        each returned chunk's internal document id.
         """
         with self.read_connection() as conn:
             terms = conn.execute(
@@ -125,6 +131,13 @@ class StoreSearch(StoreConnection):
             rows = conn.execute(statement, params).fetchall()
         if stats is not None:
             stats.update(mode=mode, postings=postings)
+            if terms:
+                stats.update(
+                    chunks=int(terms[0][5]),
+                    revision=revision_label(terms[0][5], terms[0][6]),
+                )
+        if documents is not None:
+            documents.update((r[0], r[3]) for r in rows)
         return [(r[0], float(r[2]), int(r[1])) for r in rows]
 
     def search_dense(
@@ -134,13 +147,23 @@ class StoreSearch(StoreConnection):
         *,
         depth: int,
         ef_search: int,
+        tenant_chunks: int | None = None,
+        documents: dict[str, str] | None = None,
     ) -> list[tuple[str, float]]:
-        """Cosine nearest neighbours that pass the scope's filters, full depth."""
+        """Cosine nearest neighbours that pass the scope's filters, full depth.
+
+        ``tenant_chunks`` (the tenant's chunk count, when the caller knows it) below
+        ``depth`` goes straight to the exact scan: an index walk could not fill the
+        page, so it would be followed by that scan anyway. ``documents``, when
+        given, receives each returned chunk's internal document id.
+        """
         params = scope.params() | {
             "embedding": vector_literal(embedding),
             "depth": depth,
         }
-        exact = scope.doc_keys is not None
+        exact = scope.doc_keys is not None or (
+            tenant_chunks is not None and tenant_chunks < depth
+        )
         template = q.DENSE_EXACT if exact else q.DENSE_INDEXED
         rows = self._dense(
             template.format(filters=scope.filters()), params, exact, depth, ef_search
@@ -156,6 +179,8 @@ class StoreSearch(StoreConnection):
                 depth,
                 ef_search,
             )
+        if documents is not None:
+            documents.update((r[0], r[2]) for r in rows)
         return [(r[0], float(r[1])) for r in rows]
 
     @replica_read

@@ -48,10 +48,15 @@ CONSTRAINT_FILTER = {
 # score. A rare identifier therefore puts its chunks first, while a common token
 # that merely looks like one (CD4, interleukin-2) counts no more than its rarity.
 QUERY_WEIGHTS = """
+WITH newest AS (  -- the index revision's ingest time, from the same snapshot
+    SELECT extract(epoch FROM max(ingested_at)) AS latest
+    FROM documents WHERE tenant = %(tenant)s
+)
 SELECT 'prose' AS field, t.lexeme AS token,
        ln(1 + (greatest(cs.chunk_count, 1) - ts.df + 0.5) / (ts.df + 0.5)) AS idf,
        ts.df,
-       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl
+       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl,
+       cs.chunk_count, (SELECT latest FROM newest) AS latest_ingest
 FROM (SELECT DISTINCT lexeme
       FROM unnest(to_tsvector('english'::regconfig, %(query)s))) AS t
 JOIN term_stats ts ON ts.tenant = %(tenant)s AND ts.lexeme = t.lexeme AND ts.df > 0
@@ -60,7 +65,8 @@ UNION ALL
 SELECT 'identifier', i.token,
        ln(1 + (greatest(cs.chunk_count, 1) - d.df + 0.5) / (d.df + 0.5)),
        d.df,
-       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1)
+       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1),
+       cs.chunk_count, (SELECT latest FROM newest)
 FROM (SELECT DISTINCT token FROM unnest(%(identifiers)s::text[]) AS token) AS i
 CROSS JOIN LATERAL (
     SELECT count(*) AS df FROM chunks c
@@ -86,11 +92,11 @@ _BM25_TERM = (
 # postings the query touches, so it is used while they fit the exhaustive budget.
 _BM25_EXHAUSTIVE = f"""
 bm25 AS (
-    SELECT p.chunk_id, sum({_BM25_TERM}) AS score
+    SELECT p.chunk_id, p.document_id, sum({_BM25_TERM}) AS score
     FROM weighted w
     JOIN chunk_terms p ON p.tenant = %(tenant)s AND p.lexeme = w.lexeme
     WHERE {{posting_filters}}
-    GROUP BY p.chunk_id
+    GROUP BY p.chunk_id, p.document_id
 )"""
 
 # Exact BM25 of a known set of chunks: ``known`` is the part already summed from
@@ -100,7 +106,8 @@ bm25 AS (
 # whole posting lists.
 _BM25_OF_POOL = f"""
 bm25 AS (
-    SELECT pool.chunk_id, pool.known + coalesce(sum(x.term), 0) AS score
+    SELECT pool.chunk_id, pool.document_id,
+           pool.known + coalesce(sum(x.term), 0) AS score
     FROM pool CROSS JOIN weighted w LEFT JOIN LATERAL (
         SELECT {_BM25_TERM} AS term
         FROM chunk_terms p
@@ -109,7 +116,7 @@ bm25 AS (
           AND p.chunk_id = pool.chunk_id
         LIMIT 1
     ) AS x ON true
-    GROUP BY pool.chunk_id, pool.known
+    GROUP BY pool.chunk_id, pool.document_id, pool.known
     HAVING pool.known > 0 OR count(x.term) > 0
 )"""
 
@@ -122,31 +129,32 @@ bm25 AS (
 # the exhaustive scorer is measured in bench/scale.py).
 _POOL_PRUNED = f"""
 seed AS MATERIALIZED (
-    SELECT p.chunk_id,
+    SELECT p.chunk_id, p.document_id,
            sum(CASE WHEN w.complete THEN {_BM25_TERM} ELSE 0 END) AS known
     FROM weighted w CROSS JOIN LATERAL (
-        SELECT p.chunk_id, p.tf, p.doc_len
+        SELECT p.chunk_id, p.document_id, p.tf, p.doc_len
         FROM chunk_terms p
         WHERE p.tenant = %(tenant)s AND p.lexeme = w.lexeme AND {{posting_filters}}
         ORDER BY {IMPACT} DESC
         LIMIT w.quota
     ) AS p
-    GROUP BY p.chunk_id
+    GROUP BY p.chunk_id, p.document_id
     ORDER BY sum({_BM25_TERM}) DESC, p.chunk_id
     LIMIT %(rescore)s
 ),
 pool AS (
-    SELECT chunk_id, known, true AS seeded FROM seed
+    SELECT chunk_id, document_id, known, true AS seeded FROM seed
     UNION ALL
-    SELECT chunk_id, 0::float8, false
-    FROM (SELECT chunk_id FROM exact UNION SELECT chunk_id FROM phrased) AS matched
+    SELECT chunk_id, document_id, 0::float8, false
+    FROM (SELECT chunk_id, document_id FROM exact
+          UNION SELECT chunk_id, document_id FROM phrased) AS matched
     WHERE chunk_id NOT IN (SELECT chunk_id FROM seed)
 ),"""
 
 # A document scope past the exhaustive budget: the scope's own chunks, scored exactly.
 _POOL_SCOPED = """
 pool AS (
-    SELECT c.id AS chunk_id, 0::float8 AS known, false AS seeded
+    SELECT c.id AS chunk_id, c.document_id, 0::float8 AS known, false AS seeded
     FROM chunks c WHERE {filters}
 ),"""
 
@@ -156,7 +164,7 @@ WITH weighted AS (
                          %(completes)s::bool[]) AS w(lexeme, idf, quota, complete)
 ),
 exact AS MATERIALIZED (  -- the identifier field: whole, unstemmed tokens
-    SELECT c.id AS chunk_id, count(*) AS hits,
+    SELECT c.id AS chunk_id, c.document_id, count(*) AS hits,
            sum(i.idf) * (%(k1)s + 1)
                / (1 + %(k1)s * (1 - %(b)s + %(b)s * c.lexeme_count / %(avgdl)s))
                AS score
@@ -165,10 +173,10 @@ exact AS MATERIALIZED (  -- the identifier field: whole, unstemmed tokens
         AS i(token, idf) ON c.identifiers @> ARRAY[i.token]
     WHERE cardinality(%(identifiers)s::text[]) > 0
       AND c.identifiers && %(identifiers)s::text[] AND {filters}
-    GROUP BY c.id, c.lexeme_count
+    GROUP BY c.id, c.document_id, c.lexeme_count
 ),
 phrased AS MATERIALIZED (  -- chunks containing every quoted phrase rank first
-    SELECT c.id AS chunk_id
+    SELECT c.id AS chunk_id, c.document_id
     FROM chunks c
     WHERE %(phrases)s::text IS NOT NULL
       AND c.tsv_prose @@ websearch_to_tsquery('english'::regconfig, %(phrases)s)
@@ -177,7 +185,8 @@ phrased AS MATERIALIZED (  -- chunks containing every quoted phrase rank first
 POOL_AND_BM25
 SELECT coalesce(b.chunk_id, e.chunk_id) AS chunk_id,
        coalesce(e.hits, 0) AS identifier_hits,
-       coalesce(b.score, 0) + coalesce(e.score, 0) AS score
+       coalesce(b.score, 0) + coalesce(e.score, 0) AS score,
+       coalesce(b.document_id, e.document_id) AS document_id
 FROM bm25 b FULL OUTER JOIN exact e ON e.chunk_id = b.chunk_id
 LEFT JOIN phrased ph ON ph.chunk_id = coalesce(b.chunk_id, e.chunk_id)
 -- Quoted phrases are the caller's explicit syntax: their chunks come first. Scores
@@ -203,8 +212,9 @@ LEXICAL_BM25 = {
 # after the fetch. The outer re-sort makes relaxed-order iterative scans exact.
 DENSE_INDEXED = sql.SQL(
     """
-SELECT chunk_id, 1 - distance AS score FROM (
-    SELECT c.id AS chunk_id, c.embedding <=> %(embedding)s::vector AS distance
+SELECT chunk_id, 1 - distance AS score, document_id FROM (
+    SELECT c.id AS chunk_id, c.document_id,
+           c.embedding <=> %(embedding)s::vector AS distance
     FROM chunks c
     WHERE {filters}
     ORDER BY c.embedding <=> %(embedding)s::vector
@@ -219,9 +229,10 @@ ORDER BY distance, chunk_id
 DENSE_EXACT = sql.SQL(
     """
 WITH allowed AS MATERIALIZED (
-    SELECT c.id, c.embedding FROM chunks c WHERE {filters}
+    SELECT c.id, c.document_id, c.embedding FROM chunks c WHERE {filters}
 )
-SELECT id AS chunk_id, 1 - (embedding <=> %(embedding)s::vector) AS score
+SELECT id AS chunk_id, 1 - (embedding <=> %(embedding)s::vector) AS score,
+       document_id
 FROM allowed
 ORDER BY embedding <=> %(embedding)s::vector, id
 LIMIT %(depth)s

@@ -1,0 +1,177 @@
+"""Statements a run sends: what the channels already read is not read again.
+
+The channels return each chunk's document id and the index revision with their own
+rows, so graph fusion needs no chunk-to-document statement and a traced run no
+revision statement; a tenant smaller than the dense depth is scanned exactly at
+once. Each saving is checked against the statement it replaces (same answers).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from retrieval_pipeline.graph.builder import build_pipeline
+from retrieval_pipeline.graph.context import Context
+from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.ingest.job import Ingestor
+from retrieval_pipeline.observability import add_trace_listener
+from retrieval_pipeline.tools.graph_fusion import graph_fusion
+from retrieval_pipeline.tools.retrieve import RetrievalTrace, Retriever
+from retrieval_pipeline.tools.store import sql as q
+from retrieval_pipeline.tools.store import sql_admin as qa
+
+QUESTION = "Who owns the service that failed with ERR_CONN_RESET?"
+PLAIN = Context(understanding=False, graph_fusion=False, reranker="none")
+PIPELINE = Context(understanding=False, graph_fusion=True, reranker="none")
+
+
+@pytest.fixture()
+def corpus(ingestor: Ingestor, sample_corpus: Path) -> None:
+    ingestor.ingest_paths([sample_corpus])
+
+
+def _statements_sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement text a psycopg connection executes from now on."""
+    sent: list[str] = []
+    original = psycopg.Connection.execute
+
+    def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        text = query if isinstance(query, str) else query.as_string(self)
+        sent.append(" ".join(str(text).split()))
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    return sent
+
+
+def _sent(sent: list[str], statement: str) -> int:
+    head = " ".join(statement.split())[:60]
+    return sum(s.startswith(head) for s in sent)
+
+
+def _traced_run(retriever: Retriever, context: Context) -> tuple[Any, dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    remove = add_trace_listener(records.append)
+    try:
+        graph = build_pipeline(PipelineResources(retriever=retriever))
+        out = graph.invoke({"question": QUESTION, "limit": 5}, context=context)
+    finally:
+        remove()
+    (record,) = records
+    return out, record
+
+
+@pytest.mark.parametrize("context", [PLAIN, PIPELINE], ids=["plain", "pipeline"])
+def test_a_traced_run_reads_the_revision_with_the_weights(
+    retriever: Retriever,
+    corpus: None,
+    context: Context,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent = _statements_sent(monkeypatch)
+    out, record = _traced_run(retriever, context)
+    assert out["chunks"]
+    assert _sent(sent, qa.INDEX_REVISION) == 0
+    assert _sent(sent, q.QUERY_WEIGHTS) >= 1
+    # The same label the revision statement gives.
+    assert record["index_revision"] == retriever.store.index_revision("")
+
+
+def test_the_revision_moves_when_the_index_does(
+    retriever: Retriever, corpus: None, ingestor: Ingestor, tmp_path: Path
+) -> None:
+    _, before = _traced_run(retriever, PIPELINE)
+    (tmp_path / "new.md").write_text("# Zanzibar\n\nZanzibar owns ERR_CONN_RESET.\n")
+    ingestor.ingest_paths([tmp_path / "new.md"])
+    _, after = _traced_run(retriever, PIPELINE)
+    assert after["index_revision"] != before["index_revision"]
+    assert after["index_revision"] == retriever.store.index_revision("")
+
+
+def test_a_question_found_nowhere_still_gets_a_revision(
+    retriever: Retriever, corpus: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No lexeme in the tenant: no weights row, so the revision statement runs."""
+    records: list[dict[str, Any]] = []
+    remove = add_trace_listener(records.append)
+    sent = _statements_sent(monkeypatch)
+    try:
+        graph = build_pipeline(PipelineResources(retriever=retriever))
+        graph.invoke({"question": "qwxzv plmokn", "limit": 5}, context=PIPELINE)
+    finally:
+        remove()
+    assert _sent(sent, qa.INDEX_REVISION) == 1
+    assert records[0]["index_revision"] == retriever.store.index_revision("")
+
+
+def test_graph_fusion_groups_chunks_by_document_without_a_statement(
+    retriever: Retriever, corpus: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = build_pipeline(PipelineResources(retriever=retriever))
+    sent = _statements_sent(monkeypatch)
+    out = graph.invoke({"question": QUESTION, "limit": 8}, context=PIPELINE)
+    assert out["retrieval_debug"]["graph_documents"] > 0  # the stage did work
+    assert _sent(sent, q.CHUNK_DOCUMENTS.as_string(None)) == 0
+
+
+def test_graph_fusion_finds_the_same_with_the_channels_document_ids(
+    retriever: Retriever, corpus: None
+) -> None:
+    """The documents the channels returned give what the statement gave."""
+    scope = retriever.scope()
+    trace = RetrievalTrace()
+    fused = retriever.fused(QUESTION, scope, depth=40, trace=trace)
+    pool = {chunk_id: score for chunk_id, score, _ in fused}
+    settings: dict[str, Any] = {
+        "seeds": 5,
+        "top_entities": 8,
+        "max_hops": 2,
+        "frontier_cap": 16,
+        "document_cap": 12,
+        "chunk_cap": 12,
+        "score_weight": 1.0,
+        "rrf_k": 60,
+    }
+    by_statement = graph_fusion(retriever, QUESTION, pool, scope, **settings)
+    by_channels = graph_fusion(
+        retriever, QUESTION, pool, scope, pool_documents=trace.documents, **settings
+    )
+    assert by_statement.documents > 0
+    assert by_channels == by_statement
+    found = by_channels.added + by_channels.boosted
+    assert set(by_channels.documents_of) == {chunk_id for chunk_id, _, _ in found}
+
+
+def test_channel_document_ids_are_the_stored_ones(
+    retriever: Retriever, corpus: None
+) -> None:
+    trace = RetrievalTrace()
+    ranked = retriever.channels(QUESTION, retriever.scope(), depth=50, trace=trace)
+    ids = {chunk_id for hits in ranked.values() for chunk_id, _ in hits}
+    assert ids and set(trace.documents) == ids
+    stored = retriever.store.chunk_documents(sorted(ids), retriever.scope())
+    assert trace.documents == stored
+
+
+def test_a_tenant_smaller_than_the_depth_is_scanned_exactly_at_once(
+    retriever: Retriever, corpus: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = retriever.store
+    vector = retriever.embedder.embed_query(QUESTION)
+    scope = retriever.scope()
+    walked = store.search_dense(vector, scope, depth=400, ef_search=40)
+    assert 0 < len(walked) < 400  # the sample corpus is smaller than the depth
+    sent = _statements_sent(monkeypatch)
+    exact = store.search_dense(
+        vector, scope, depth=400, ef_search=40, tenant_chunks=len(walked)
+    )
+    assert exact == walked
+    assert len(sent) == 1 and sent[0].startswith("WITH allowed AS MATERIALIZED")
+    # Large enough for the page: the index walk runs as before.
+    del sent[:]
+    store.search_dense(vector, scope, depth=5, ef_search=40, tenant_chunks=len(walked))
+    assert not any(s.startswith("WITH allowed") for s in sent)
