@@ -92,10 +92,10 @@ def test_the_revision_moves_when_the_index_does(
     assert after["index_revision"] == retriever.store.index_revision("")
 
 
-def test_a_question_found_nowhere_still_gets_a_revision(
+def test_a_question_found_nowhere_reads_the_revision_with_the_weights(
     retriever: Retriever, corpus: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No lexeme in the tenant: no weights row, so the revision statement runs."""
+    """No query word in the tenant: the weights statement still brings the revision."""
     records: list[dict[str, Any]] = []
     remove = add_trace_listener(records.append)
     sent = _statements_sent(monkeypatch)
@@ -104,8 +104,36 @@ def test_a_question_found_nowhere_still_gets_a_revision(
         graph.invoke({"question": "qwxzv plmokn", "limit": 5}, context=PIPELINE)
     finally:
         remove()
-    assert _sent(sent, qa.INDEX_REVISION) == 1
+    assert _sent(sent, qa.INDEX_REVISION) == 0
     assert records[0]["index_revision"] == retriever.store.index_revision("")
+
+
+@pytest.mark.parametrize("context", [PLAIN, PIPELINE], ids=["plain", "pipeline"])
+def test_a_hidden_word_costs_the_statements_of_a_word_found_nowhere(
+    retriever: Retriever,
+    corpus: None,
+    ingestor: Ingestor,
+    tmp_path: Path,
+    context: Context,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 15: the statements a run sends do not depend on chunks it cannot see."""
+    hidden = tmp_path / "hidden.md"
+    hidden.write_text(
+        "---\nid: hidden\ntitle: Vault\nprincipals: [curators]\n---\n"
+        "The zorblax rotation runbook.\n"
+    )
+    ingestor.ingest_paths([hidden])
+    graph = build_pipeline(PipelineResources(retriever=retriever))
+    shapes = {}
+    for word in ("zorblax", "qwxzv"):
+        graph.invoke({"question": word, "limit": 5}, context=context)
+        sent = _statements_sent(monkeypatch)
+        out = graph.invoke({"question": word, "limit": 5}, context=context)
+        assert all("zorblax" not in c["text"] for c in out["chunks"])
+        shapes[word] = sorted(s[:48] for s in sent)
+        monkeypatch.undo()
+    assert shapes["zorblax"] == shapes["qwxzv"]
 
 
 def test_graph_fusion_groups_chunks_by_document_without_a_statement(

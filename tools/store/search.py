@@ -80,10 +80,10 @@ class StoreSearch(StoreConnection):
         strongest postings within ``read_budget`` from the impact-ordered index and
         re-scores the best candidates exactly (approximate, bounded cost).
         ``exhaustive_postings=None`` always scores exhaustively. ``stats``, when
-        given, receives the mode, the postings the query touches, and (when a query
-        lexeme occurs in the tenant) ``chunks`` (the tenant's chunk count) and
-        ``revision`` (the index revision, as :meth:`index_revision` spells it), read
-        in the same statement as the weights. ``documents``, when given, receives
+        given, receives the mode, the postings the query touches, ``chunks`` (the
+        tenant's chunk count) and ``revision`` (the index revision, as
+        :meth:`index_revision` spells it), read in the same statement as the
+        weights, whatever the query's words. ``documents``, when given, receives
         each returned chunk's internal document id.
         """
         with self.read_connection() as conn:
@@ -99,6 +99,7 @@ class StoreSearch(StoreConnection):
             # over nothing, so a word found nowhere costs the same round trip as a
             # word found only in chunks the caller cannot see (issue 15; measured
             # by bench/side_channels.py).
+            corpus = next(t for t in terms if t[0] == "corpus")
             weights = [t[1:4] for t in terms if t[0] == "prose"]
             identifier_weights = [t[1:3] for t in terms if t[0] == "identifier"]
             frequencies = [int(w[2]) for w in weights]
@@ -116,7 +117,7 @@ class StoreSearch(StoreConnection):
                 "completes": [
                     q >= df for q, df in zip(quotas, frequencies, strict=True)
                 ],
-                "avgdl": float(terms[0][4]) if terms else 1.0,
+                "avgdl": float(corpus[4]),
                 "identifiers": [w[0] for w in identifier_weights],
                 "identifier_idfs": [float(w[1]) for w in identifier_weights],
                 "phrases": phrases,
@@ -130,12 +131,12 @@ class StoreSearch(StoreConnection):
             )
             rows = conn.execute(statement, params).fetchall()
         if stats is not None:
-            stats.update(mode=mode, postings=postings)
-            if terms:
-                stats.update(
-                    chunks=int(terms[0][5]),
-                    revision=revision_label(terms[0][5], terms[0][6]),
-                )
+            stats.update(
+                mode=mode,
+                postings=postings,
+                chunks=int(corpus[5]),
+                revision=revision_label(corpus[5], corpus[6]),
+            )
         if documents is not None:
             documents.update((r[0], r[3]) for r in rows)
         return [(r[0], float(r[2]), int(r[1])) for r in rows]

@@ -56,7 +56,7 @@ SELECT 'prose' AS field, t.lexeme AS token,
        ln(1 + (greatest(cs.chunk_count, 1) - ts.df + 0.5) / (ts.df + 0.5)) AS idf,
        ts.df,
        greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl,
-       cs.chunk_count, (SELECT latest FROM newest) AS latest_ingest
+       NULL::bigint AS chunk_count, NULL::numeric AS latest_ingest
 FROM (SELECT DISTINCT lexeme
       FROM unnest(to_tsvector('english'::regconfig, %(query)s))) AS t
 JOIN term_stats ts ON ts.tenant = %(tenant)s AND ts.lexeme = t.lexeme AND ts.df > 0
@@ -66,7 +66,7 @@ SELECT 'identifier', i.token,
        ln(1 + (greatest(cs.chunk_count, 1) - d.df + 0.5) / (d.df + 0.5)),
        d.df,
        greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1),
-       cs.chunk_count, (SELECT latest FROM newest)
+       NULL, NULL
 FROM (SELECT DISTINCT token FROM unnest(%(identifiers)s::text[]) AS token) AS i
 CROSS JOIN LATERAL (
     SELECT count(*) AS df FROM chunks c
@@ -74,6 +74,13 @@ CROSS JOIN LATERAL (
 ) AS d
 JOIN corpus_stats cs ON cs.tenant = %(tenant)s
 WHERE d.df > 0
+UNION ALL  -- always one row, whatever the query's words: the tenant's size and the
+           -- index revision (a word found nowhere costs the same statements as one
+           -- found only in chunks the caller cannot see; issue 15)
+SELECT 'corpus', NULL, NULL, NULL,
+       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1),
+       coalesce(cs.chunk_count, 0), (SELECT latest FROM newest)
+FROM (VALUES (1)) AS one (x) LEFT JOIN corpus_stats cs ON cs.tenant = %(tenant)s
 """
 
 # A posting's BM25 term-frequency factor at the default k1 = 0.9, b = 0.4 and a
