@@ -423,8 +423,7 @@ def _quality(
                 report = run_channel_configs(
                     dataset, Retriever(store, e), [CONFIGS["hybrid"], CONFIGS["dense"]]
                 )
-                quality[ds][name] = {
-                    "queries": len(dataset.queries),
+                ingest = {
                     "chunks": summary.chunks,
                     "embed_s": round(summary.embed_seconds, 1),
                     "ingest_s": round(ingest_s, 1),
@@ -432,6 +431,15 @@ def _quality(
                     "embed_chunks_per_s": round(
                         summary.chunks / max(summary.embed_seconds, 1e-9), 1
                     ),
+                }
+                earlier = quality[ds].get(name, {})
+                if not summary.chunks and earlier.get("chunks"):
+                    # Every document unchanged (nothing embedded): keep the figures
+                    # of the run that ingested them.
+                    ingest = {k: earlier[k] for k in ingest} | {"ingest_reused": True}
+                quality[ds][name] = {
+                    "queries": len(dataset.queries),
+                    **ingest,
                     **{
                         f"{r.name}_ndcg@10": round(
                             statistics.fmean(r.per_query["ndcg@10"].values()), 4

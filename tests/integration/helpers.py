@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from hypothesis import HealthCheck, settings
 
 
@@ -57,3 +59,20 @@ def property_settings(max_examples: int) -> Any:
         database=None,
         suppress_health_check=list(HealthCheck),
     )
+
+
+def statements_sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement a psycopg connection executes from now on (to the test's end),
+    as text with its whitespace collapsed (a composed statement is rendered first)."""
+    sent: list[str] = []
+    original = psycopg.Connection.execute
+
+    def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        text = query if isinstance(query, str | bytes) else query.as_string(self)
+        if isinstance(text, bytes):
+            text = text.decode()
+        sent.append(" ".join(text.split()))
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    return sent

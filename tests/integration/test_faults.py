@@ -24,7 +24,7 @@ import httpx
 import psycopg
 import pytest
 from figures import record_figure
-from helpers import assert_stats_consistent
+from helpers import assert_stats_consistent, statements_sent
 from http_server import running
 from provider_peers import PeerBehaviour, rerank_peer
 
@@ -51,19 +51,6 @@ _injected: dict[str, int] = {}
 @pytest.fixture()
 def corpus(ingestor: Ingestor, sample_corpus: Path) -> None:
     ingestor.ingest_paths([sample_corpus])
-
-
-def _statements_sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement a psycopg connection executes from now on (to the test's end)."""
-    sent: list[str] = []
-    original = psycopg.Connection.execute
-
-    def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(str(query))
-        return original(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", spy)
-    return sent
 
 
 def _timed(graph: Any, context: Context) -> tuple[dict[str, Any], float]:
@@ -237,7 +224,7 @@ class TestDatabaseFaults:
         with Store(pg_url, pool_size=1, connect_timeout=5) as single:
             with single.connection() as conn:  # the one connection, configured
                 live = conn.info.backend_pid
-            sent = _statements_sent(monkeypatch)
+            sent = statements_sent(monkeypatch)
             for _ in range(5):
                 with single.connection() as conn:
                     assert conn.info.backend_pid == live
@@ -253,7 +240,7 @@ class TestDatabaseFaults:
             with single.connection():
                 pass
             monkeypatch.setattr(liveness, "select", object())  # no poll() at all
-            sent = _statements_sent(monkeypatch)
+            sent = statements_sent(monkeypatch)
             with single.connection() as conn:
                 assert conn.execute("SELECT 1").fetchone() == (1,)
             assert sent == ["", "SELECT 1"]  # the check's empty query, then ours

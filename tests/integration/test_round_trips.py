@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
+from helpers import statements_sent
 
 from retrieval_pipeline.graph.builder import build_pipeline
 from retrieval_pipeline.graph.context import Context
@@ -32,20 +32,6 @@ PIPELINE = Context(understanding=False, graph_fusion=True, reranker="none")
 @pytest.fixture()
 def corpus(ingestor: Ingestor, sample_corpus: Path) -> None:
     ingestor.ingest_paths([sample_corpus])
-
-
-def _statements_sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement text a psycopg connection executes from now on."""
-    sent: list[str] = []
-    original = psycopg.Connection.execute
-
-    def spy(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        text = query if isinstance(query, str) else query.as_string(self)
-        sent.append(" ".join(str(text).split()))
-        return original(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", spy)
-    return sent
 
 
 def _sent(sent: list[str], statement: str) -> int:
@@ -72,7 +58,7 @@ def test_a_traced_run_reads_the_revision_with_the_weights(
     context: Context,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sent = _statements_sent(monkeypatch)
+    sent = statements_sent(monkeypatch)
     out, record = _traced_run(retriever, context)
     assert out["chunks"]
     assert _sent(sent, qa.INDEX_REVISION) == 0
@@ -98,7 +84,7 @@ def test_a_question_found_nowhere_reads_the_revision_with_the_weights(
     """No query word in the tenant: the weights statement still brings the revision."""
     records: list[dict[str, Any]] = []
     remove = add_trace_listener(records.append)
-    sent = _statements_sent(monkeypatch)
+    sent = statements_sent(monkeypatch)
     try:
         graph = build_pipeline(PipelineResources(retriever=retriever))
         graph.invoke({"question": "qwxzv plmokn", "limit": 5}, context=PIPELINE)
@@ -128,7 +114,7 @@ def test_a_hidden_word_costs_the_statements_of_a_word_found_nowhere(
     shapes = {}
     for word in ("zorblax", "qwxzv"):
         graph.invoke({"question": word, "limit": 5}, context=context)
-        sent = _statements_sent(monkeypatch)
+        sent = statements_sent(monkeypatch)
         out = graph.invoke({"question": word, "limit": 5}, context=context)
         assert all("zorblax" not in c["text"] for c in out["chunks"])
         shapes[word] = sorted(s[:48] for s in sent)
@@ -140,7 +126,7 @@ def test_graph_fusion_groups_chunks_by_document_without_a_statement(
     retriever: Retriever, corpus: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     graph = build_pipeline(PipelineResources(retriever=retriever))
-    sent = _statements_sent(monkeypatch)
+    sent = statements_sent(monkeypatch)
     out = graph.invoke({"question": QUESTION, "limit": 8}, context=PIPELINE)
     assert out["retrieval_debug"]["graph_documents"] > 0  # the stage did work
     assert _sent(sent, q.CHUNK_DOCUMENTS.as_string(None)) == 0
@@ -193,7 +179,7 @@ def test_a_tenant_smaller_than_the_depth_is_scanned_exactly_at_once(
     scope = retriever.scope()
     walked = store.search_dense(vector, scope, depth=400, ef_search=40)
     assert 0 < len(walked) < 400  # the sample corpus is smaller than the depth
-    sent = _statements_sent(monkeypatch)
+    sent = statements_sent(monkeypatch)
     exact = store.search_dense(
         vector, scope, depth=400, ef_search=40, tenant_chunks=len(walked)
     )
