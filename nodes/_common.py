@@ -104,7 +104,7 @@ def run_revision(
 
     A debug caller sees it in the debug block; the operator trace always holds it.
     ``known`` is the revision the run's lexical channel read with its weights (no
-    statement); without it (no query word occurs in the tenant), one SQL call.
+    statement); without it (no channel ran: nothing is indexed yet), one SQL call.
     """
     if not tracing and not shows_debug(state):
         return None

@@ -246,7 +246,7 @@ def ensure_exported(directory: Path | None = None) -> Path:
 
 
 def ensure_quantized(directory: Path) -> Path:
-    """The int8 copy of ``model.onnx`` (dynamic quantisation of the MatMul weights).
+    """The int8 copy of ``model.onnx`` (MatMul and fused Attention weights, dynamic).
 
     Signed 8-bit weights, one scale per output channel: ONNX Runtime runs them as
     u8 x s8 products, the form VNNI and AMX cores execute natively (the unsigned

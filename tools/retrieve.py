@@ -100,8 +100,8 @@ class RetrievalTrace:
     # Internal document id of every chunk the channels returned (scoped like them),
     # so a caller needs no second statement to group chunks by document.
     documents: dict[str, str] = field(default_factory=dict)
-    # The index revision the lexical channel read its weights under ("" when no
-    # query lexeme occurs in the tenant); operator traces use it (debug-gated).
+    # The index revision the lexical channel read with its weights ("" when no
+    # channel ran); operator traces use it (debug-gated).
     index_revision: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

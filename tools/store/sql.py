@@ -55,8 +55,8 @@ WITH newest AS (  -- the index revision's ingest time, from the same snapshot
 SELECT 'prose' AS field, t.lexeme AS token,
        ln(1 + (greatest(cs.chunk_count, 1) - ts.df + 0.5) / (ts.df + 0.5)) AS idf,
        ts.df,
-       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1) AS avgdl,
-       NULL::bigint AS chunk_count, NULL::numeric AS latest_ingest
+       NULL::float8 AS avgdl, NULL::bigint AS chunk_count,
+       NULL::numeric AS latest_ingest
 FROM (SELECT DISTINCT lexeme
       FROM unnest(to_tsvector('english'::regconfig, %(query)s))) AS t
 JOIN term_stats ts ON ts.tenant = %(tenant)s AND ts.lexeme = t.lexeme AND ts.df > 0
@@ -64,9 +64,7 @@ JOIN corpus_stats cs ON cs.tenant = %(tenant)s
 UNION ALL
 SELECT 'identifier', i.token,
        ln(1 + (greatest(cs.chunk_count, 1) - d.df + 0.5) / (d.df + 0.5)),
-       d.df,
-       greatest(cs.total_length, 1)::float8 / greatest(cs.chunk_count, 1),
-       NULL, NULL
+       d.df, NULL, NULL, NULL
 FROM (SELECT DISTINCT token FROM unnest(%(identifiers)s::text[]) AS token) AS i
 CROSS JOIN LATERAL (
     SELECT count(*) AS df FROM chunks c
