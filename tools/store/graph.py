@@ -38,6 +38,7 @@ import psycopg
 from psycopg import sql
 
 from retrieval_pipeline.tools.store import sql as q
+from retrieval_pipeline.tools.store import sql_admin as qa
 from retrieval_pipeline.tools.store.replicas import replica_read
 from retrieval_pipeline.tools.store.store import AccessScope, Store
 
@@ -403,7 +404,7 @@ class GraphStore:
             # These statements are large (curation and attestation per entity) and
             # cheap to run: planning them cost more than running them (3.9 ms
             # against 2.6 ms). Prepared once per connection, with a generic plan.
-            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            conn.execute(qa.GENERIC_PLANS)
             seeds = [
                 (r[0], float(r[1]))
                 for r in conn.execute(

@@ -35,6 +35,11 @@ SET_EF_SEARCH = sql.SQL("SET LOCAL hnsw.ef_search = {}")
 # of returning a short list.
 SET_ITERATIVE_SCAN = "SET LOCAL hnsw.iterative_scan = relaxed_order"
 
+# For the statements of one transaction: plan once per connection (prepared), not
+# once per call. Their custom plans cost more to make than to run (the lexical pair,
+# the graph expansion).
+GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+
 # --- migrations ---------------------------------------------------------------------
 # Held to the end of the transaction, so concurrent processes migrate one at a time.
 ADVISORY_XACT_LOCK = "SELECT pg_advisory_xact_lock(%s)"
