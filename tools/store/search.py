@@ -200,14 +200,18 @@ class StoreSearch(StoreConnection):
         depth: int,
         ef_search: int,
     ) -> list[tuple[Any, ...]]:
+        iterative = not exact and self.pgvector_version() >= (0, 8)
         with self.read_connection() as conn:
             if exact:  # no index settings: one statement, no transaction around it
                 return conn.execute(statement, params).fetchall()
-            with conn.transaction():  # the SET LOCALs end with it (pooler-safe)
+            # The SET LOCALs end with the transaction (pooler-safe). In pipeline
+            # mode BEGIN, the settings and the walk travel together in one round
+            # trip, and COMMIT a second (five before).
+            with conn.pipeline(), conn.transaction():
                 conn.execute(
                     qa.SET_EF_SEARCH.format(sql.Literal(max(ef_search, depth)))
                 )
-                if self.pgvector_version() >= (0, 8):
+                if iterative:
                     # Keep walking the graph until `depth` rows pass the filters
                     # (pgvector 0.8); older versions return short lists under filters.
                     conn.execute(qa.SET_ITERATIVE_SCAN)
