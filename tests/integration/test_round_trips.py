@@ -189,3 +189,39 @@ def test_a_tenant_smaller_than_the_depth_is_scanned_exactly_at_once(
     del sent[:]
     store.search_dense(vector, scope, depth=5, ef_search=40, tenant_chunks=len(walked))
     assert not any(s.startswith("WITH allowed") for s in sent)
+
+
+@pytest.mark.parametrize("question", [QUESTION, "ERR_CONN_RESET", "zzyzx nowhere"])
+def test_the_lexical_pair_runs_on_generic_plans_with_the_same_answers(
+    retriever: Retriever,
+    corpus: None,
+    monkeypatch: pytest.MonkeyPatch,
+    question: str,
+) -> None:
+    """Weights and scorer share one transaction whose first statement asks for
+    generic plans; the answers equal those of freshly planned (custom) statements."""
+    from retrieval_pipeline.ingest.chunker import extract_identifiers
+    from retrieval_pipeline.tools.query import prose_query
+
+    store = retriever.store
+    scope = retriever.scope()
+
+    def lexical() -> list[tuple[str, float, int]]:
+        return store.search_lexical(
+            prose_query(question),
+            extract_identifiers(question),
+            scope,
+            depth=20,
+            k1=1.5,
+            b=0.75,
+        )
+
+    sent = statements_sent(monkeypatch)
+    generic = [lexical() for _ in range(7)]  # past psycopg's prepare threshold too
+    assert all(run == generic[0] for run in generic)
+    assert sent[:2] == [qa.GENERIC_PLANS, " ".join(q.QUERY_WEIGHTS.split())]
+    assert sum(s == qa.GENERIC_PLANS for s in sent) == 7
+    monkeypatch.setattr(
+        qa, "GENERIC_PLANS", "SET LOCAL plan_cache_mode = force_custom_plan"
+    )
+    assert lexical() == generic[0]
