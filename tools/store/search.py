@@ -89,9 +89,9 @@ class StoreSearch(StoreConnection):
         with self.read_connection() as conn, conn.pipeline(), conn.transaction():
             # Both statements run on generic plans: planning them (custom plans
             # for their array parameters) cost more PostgreSQL CPU than running them
-            # on the tenants we measured. In pipeline mode, BEGIN and the setting
-            # travel with the weights and COMMIT with the scorer: two round trips,
-            # as in autocommit.
+            # on the tenants we measured. In pipeline mode BEGIN and the setting
+            # travel with the weights: three round trips with COMMIT (two in
+            # autocommit), and less time in all (test_round_trips, docs/scaling.md).
             conn.execute(qa.GENERIC_PLANS)
             terms = conn.execute(
                 q.QUERY_WEIGHTS,
