@@ -15,11 +15,13 @@ import pytest
 from helpers import statements_sent
 
 from retrieval_pipeline.graph.builder import build_pipeline
-from retrieval_pipeline.graph.context import Context
+from retrieval_pipeline.graph.context import BM25_B, BM25_K1, Context
 from retrieval_pipeline.graph.resources import PipelineResources
+from retrieval_pipeline.ingest.chunker import extract_identifiers
 from retrieval_pipeline.ingest.job import Ingestor
 from retrieval_pipeline.observability import add_trace_listener
 from retrieval_pipeline.tools.graph_fusion import graph_fusion
+from retrieval_pipeline.tools.query import prose_query
 from retrieval_pipeline.tools.retrieve import RetrievalTrace, Retriever
 from retrieval_pipeline.tools.store import sql as q
 from retrieval_pipeline.tools.store import sql_admin as qa
@@ -200,9 +202,6 @@ def test_the_lexical_pair_runs_on_generic_plans_with_the_same_answers(
 ) -> None:
     """Weights and scorer share one transaction whose first statement asks for
     generic plans; the answers equal those of freshly planned (custom) statements."""
-    from retrieval_pipeline.ingest.chunker import extract_identifiers
-    from retrieval_pipeline.tools.query import prose_query
-
     store = retriever.store
     scope = retriever.scope()
 
@@ -212,8 +211,8 @@ def test_the_lexical_pair_runs_on_generic_plans_with_the_same_answers(
             extract_identifiers(question),
             scope,
             depth=20,
-            k1=1.5,
-            b=0.75,
+            k1=BM25_K1,
+            b=BM25_B,
         )
 
     sent = statements_sent(monkeypatch)
