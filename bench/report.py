@@ -479,23 +479,31 @@ def _serve_section(result: dict) -> list[str]:  # type: ignore[type-arg]
 
 
 def _cpu_lines(runs: list[dict]) -> list[str]:  # type: ignore[type-arg]
-    """Where the cores went in each load run (server, PostgreSQL, load client)."""
+    """Where the cores went in each load run (server, PostgreSQL, load client, and
+    the embedding peer when the run had one on the same cores)."""
     rows = [r for r in runs if r.get("cpu_seconds")]
     if not rows:
         return []
+    peer = all("peer" in r["cpu_seconds"] for r in rows)
     lines = [
         "CPU seconds during each run (the server's processes, every PostgreSQL "
-        "process, the load client), against the capacity (run seconds x cores):",
+        "process, the load client"
+        + (", the embedding peer" if peer else "")
+        + "), against the capacity (run seconds x cores):",
         "",
-        "| workers | req/s | server | PostgreSQL | client | capacity | server CPU ms per request |",
-        "|---|---|---|---|---|---|---|",
+        "| workers | req/s | server | PostgreSQL | client | "
+        + ("peer | " if peer else "")
+        + "capacity | server CPU ms per request |",
+        "|---|---|---|---|---|---|---|" + ("---|" if peer else ""),
     ]
     for r in rows:
         c = r["cpu_seconds"]
         per = 1000 * c["server"] / max(r["requests"], 1)
         lines.append(
             f"| {r['workers']} | {r['throughput_rps']:.1f} | {c['server']:.1f} | "
-            f"{c['postgres']:.1f} | {c['client']:.1f} | {c['capacity']:.1f} | {per:.1f} |"
+            f"{c['postgres']:.1f} | {c['client']:.1f} | "
+            + (f"{c['peer']:.1f} | " if peer else "")
+            + f"{c['capacity']:.1f} | {per:.1f} |"
         )
     return [*lines, ""]
 

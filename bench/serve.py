@@ -111,8 +111,9 @@ def _letters(n: int) -> str:
             return "zq" + out
 
 
-def _cpu_seconds(server: Any) -> dict[str, float]:
-    """CPU seconds so far: the server's process tree, PostgreSQL, this process."""
+def _cpu_seconds(server: Any, peer_pid: int | None = None) -> dict[str, float]:
+    """CPU seconds so far: the server's process tree, PostgreSQL, this process, and
+    the embedding peer (``peer_pid``) when one shares the cores."""
     import psutil
 
     def used(p: Any) -> float:
@@ -128,7 +129,9 @@ def _cpu_seconds(server: Any) -> dict[str, float]:
         p for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"
     ]
     me = psutil.Process().cpu_times()
+    peer = psutil.Process(peer_pid) if peer_pid is not None else None
     return {
+        "peer": sum(used(p) for p in [peer, *peer.children(True)]) if peer else 0.0,
         "server": sum(used(p) for p in tree),
         "postgres": sum(used(p) for p in postgres),
         "client": used(psutil.Process()),
@@ -137,17 +140,24 @@ def _cpu_seconds(server: Any) -> dict[str, float]:
 
 
 def _cpu_used(
-    before: dict[str, float] | None, server: Any, elapsed: float, *, client: str
+    before: dict[str, float] | None,
+    server: Any,
+    elapsed: float,
+    *,
+    client: str,
+    peer_pid: int | None = None,
 ) -> dict[str, float] | None:
     """CPU seconds since ``before``; the load client is this process (``client``)
-    or its finished children (``children``: wrk)."""
+    or its finished children (``children``: wrk); ``peer``: the embedding peer's."""
     import psutil
 
     if before is None:
         return None
-    after = _cpu_seconds(server)
+    after = _cpu_seconds(server, peer_pid)
     used = {k: round(after[k] - before[k], 1) for k in ("server", "postgres")}
     used["client"] = round(after[client] - before[client], 1)
+    if peer_pid is not None:
+        used["peer"] = round(after["peer"] - before["peer"], 1)
     used["capacity"] = round(elapsed * len(psutil.Process().cpu_affinity()), 1)
     return used
 
@@ -335,7 +345,12 @@ def remote(cli: str, env: dict[str, str], args: Any) -> dict[str, Any]:
             try:
                 run_load(url, args.clients, 5, distinct=True)
                 run = run_load(
-                    url, args.clients, args.seconds, distinct=True, server=server
+                    url,
+                    args.clients,
+                    args.seconds,
+                    distinct=True,
+                    server=server,
+                    peer_pid=peer.process.pid,
                 )
             finally:
                 _stop(server)
@@ -416,13 +431,18 @@ def run_load(
     *,
     distinct: bool = False,
     server: Any = None,
+    peer_pid: int | None = None,
 ) -> dict[str, Any]:
     """The load: wrk when installed (a C client: its own CPU stays small on the
     cores the server shares), else asyncio httpx clients (``RP_BENCH_CLIENT=httpx``
     forces these)."""
     if shutil.which("wrk") and os.environ.get("RP_BENCH_CLIENT") != "httpx":
-        return load_wrk(url, clients, seconds, distinct=distinct, server=server)
-    run = asyncio.run(load(url, clients, seconds, distinct=distinct, server=server))
+        return load_wrk(
+            url, clients, seconds, distinct=distinct, server=server, peer_pid=peer_pid
+        )
+    run = asyncio.run(
+        load(url, clients, seconds, distinct=distinct, server=server, peer_pid=peer_pid)
+    )
     run["client_tool"] = "httpx (asyncio)"
     return run
 
@@ -434,6 +454,7 @@ def load_wrk(
     *,
     distinct: bool = False,
     server: Any = None,
+    peer_pid: int | None = None,
 ) -> dict[str, Any]:
     """``clients`` wrk connections (2 threads) for ``seconds``; the same record."""
 
@@ -442,7 +463,7 @@ def load_wrk(
         "RP_QUESTIONS": "\n".join(QUESTIONS),
         "RP_DISTINCT": "1" if distinct else "0",
     }
-    cpu_before = _cpu_seconds(server) if server is not None else None
+    cpu_before = _cpu_seconds(server, peer_pid) if server is not None else None
     started = time.monotonic()
     done = subprocess.run(
         [
@@ -464,7 +485,7 @@ def load_wrk(
     elapsed = time.monotonic() - started
     line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
     r = json.loads(line.removeprefix("RESULT "))
-    cpu = _cpu_used(cpu_before, server, elapsed, client="children")
+    cpu = _cpu_used(cpu_before, server, elapsed, client="children", peer_pid=peer_pid)
     duration = r["duration_us"] / 1e6
     socket_errors = r["connect"] + r["read"] + r["write"] + r["timeout"]
     good = r["requests"] - r["bad"]
@@ -493,6 +514,7 @@ async def load(
     *,
     distinct: bool = False,
     server: Any = None,
+    peer_pid: int | None = None,
 ) -> dict[str, Any]:
     """``clients`` keep-alive clients posting questions for ``seconds``.
 
@@ -505,7 +527,7 @@ async def load(
     import httpx
 
     counter = iter(range(10**9))
-    cpu_before = _cpu_seconds(server) if server is not None else None
+    cpu_before = _cpu_seconds(server, peer_pid) if server is not None else None
 
     latencies: list[float] = []
     errors: dict[str, int] = {}
@@ -541,7 +563,7 @@ async def load(
     started = time.monotonic()
     await asyncio.gather(*(client(i) for i in range(clients)))
     elapsed = time.monotonic() - started
-    cpu = _cpu_used(cpu_before, server, elapsed, client="client")
+    cpu = _cpu_used(cpu_before, server, elapsed, client="client", peer_pid=peer_pid)
     return {
         "cpu_seconds": cpu,
         "clients": clients,
