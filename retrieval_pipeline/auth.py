@@ -261,6 +261,13 @@ class RequestGate:
 
     - Every path except :data:`PUBLIC_PATHS` needs a valid key when keys are
       configured (401 otherwise); ``/metrics`` also needs the ``metrics`` grant (403).
+    - ``allowed_hosts``: when given, a request whose ``Host`` is not one of these
+      names is a 400 on every path. A server without keys trusts request bodies and
+      answers only ``localhost`` names, so a web page that rebinds its own hostname to
+      127.0.0.1 (DNS rebinding) cannot read through the visitor's browser.
+    - A body (POST, PUT, PATCH) must be declared JSON (``application/json`` or
+      ``application/*+json``; 415 otherwise): a browser sends a cross-site request
+      with a plain-text, form or untyped body without asking first, never a JSON one.
     - A body above :data:`MAX_BODY_BYTES` is a 413, JSON nested deeper than
       :data:`MAX_JSON_DEPTH` a 400, before any framework code parses it.
     - The caller's identity is set in a context variable around the rest of the app.
@@ -272,11 +279,13 @@ class RequestGate:
         api_keys: ApiKeys | None,
         on_denied: Callable[[str], None] | None = None,
         validate: Callable[[str, Any], None] | None = None,
+        allowed_hosts: Iterable[str] | None = None,
     ) -> None:
         self.app = app
         self.api_keys = api_keys
         self.on_denied = on_denied or (lambda reason: None)
         self.validate = validate
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(allowed_hosts)
 
     async def __call__(
         self, scope: MutableMapping[str, Any], receive: Receive, send: Send
@@ -286,16 +295,35 @@ class RequestGate:
             await self.app(scope, receive, send)
             return
         path = str(scope.get("path", ""))
+        headers = scope.get("headers") or []
+        if self.allowed_hosts is not None:
+            host = request_host(headers)
+            if host not in self.allowed_hosts:
+                self.on_denied("host")
+                await _reply(
+                    send,
+                    400,
+                    f"this server does not answer requests for host {host!r}: address "
+                    "it as one of " + ", ".join(sorted(self.allowed_hosts)) + ", or "
+                    "list the name in RETRIEVAL_PIPELINE_ALLOWED_HOSTS",
+                )
+                return
         identity: Identity | None = None
         if self.api_keys is not None and path not in PUBLIC_PATHS:
-            key = _presented_key(scope)
+            credentials = presented_credentials(headers)
+            key = credentials[0] if len(credentials) == 1 and credentials[0] else None
             if key is None:
                 self.on_denied("missing_key")
                 await _reply(
                     send,
                     401,
-                    "missing API key: send exactly one of 'Authorization: Bearer KEY' "
-                    "or 'X-API-Key: KEY'",
+                    (
+                        "missing API key"
+                        if not credentials
+                        else "more than one credential (or an empty one)"
+                    )
+                    + ": send exactly one of 'Authorization: Bearer KEY' or "
+                    "'X-API-Key: KEY'",
                 )
                 return
             identity = self.api_keys.identify(key)
@@ -310,6 +338,14 @@ class RequestGate:
         token = _CALLER.set(identity)
         try:
             if scope.get("method") in ("POST", "PUT", "PATCH"):
+                if not is_json_media_type(_header(headers, "content-type")):
+                    await _reply(
+                        send,
+                        415,
+                        "send the request body as JSON, with "
+                        "'Content-Type: application/json'",
+                    )
+                    return
                 body, value, problem = await _read_body(receive)
                 if problem is None and self.validate is not None:
                     try:
@@ -326,10 +362,6 @@ class RequestGate:
             _CALLER.reset(token)
 
 
-def _presented_key(scope: Mapping[str, Any]) -> str | None:
-    return presented_credential(scope.get("headers") or [])
-
-
 def presented_credential(headers: Iterable[tuple[Any, Any]]) -> str | None:
     """The one credential request headers present; None when absent or ambiguous.
 
@@ -337,6 +369,14 @@ def presented_credential(headers: Iterable[tuple[Any, Any]]) -> str | None:
     headers, or either twice) are refused rather than resolved: a proxy's injected
     header must not be overridable by a client's. Names and values may be bytes.
     """
+    found = presented_credentials(headers)
+    if len(found) != 1 or not found[0]:
+        return None
+    return found[0]
+
+
+def presented_credentials(headers: Iterable[tuple[Any, Any]]) -> list[str]:
+    """Every credential the headers present, in order ('' for a non-Bearer one)."""
     found: list[str] = []
     for raw_name, raw_value in headers:
         name = _text(raw_name).lower()
@@ -346,9 +386,34 @@ def presented_credential(headers: Iterable[tuple[Any, Any]]) -> str | None:
             found.append(token.strip() if scheme.lower() == "bearer" else "")
         elif name == "x-api-key":
             found.append(value)
-    if len(found) != 1 or not found[0]:
-        return None
-    return found[0]
+    return found
+
+
+def _header(headers: Iterable[tuple[Any, Any]], wanted: str) -> str | None:
+    """The first value of header ``wanted`` (a lower-case name), or None."""
+    for raw_name, raw_value in headers:
+        if _text(raw_name).lower() == wanted:
+            return _text(raw_value)
+    return None
+
+
+def request_host(headers: Iterable[tuple[Any, Any]]) -> str:
+    """The host name a request addresses (its ``Host`` header), without the port.
+
+    Lower-case; an IPv6 literal loses its brackets (``[::1]:8000`` is ``::1``); no
+    ``Host`` header is ''.
+    """
+    value = (_header(headers, "host") or "").strip().lower()
+    if value.startswith("["):
+        return value[1:].partition("]")[0]
+    return value.partition(":")[0].rstrip(".")
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """True for ``application/json`` and ``application/*+json``, parameters aside."""
+    media = (content_type or "").partition(";")[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 def _text(value: Any) -> str:

@@ -44,6 +44,7 @@ from retrieval_pipeline.serve_guard import (
     EndpointName,
 )
 from retrieval_pipeline.serve_metrics import Metrics
+from retrieval_pipeline.settings import allowed_hosts
 
 __all__ = [
     "MAX_BATCH_ITEMS",
@@ -150,6 +151,7 @@ def serve(
             f"connections ({POOL_MIN} each), but the budget is {budget}: raise "
             f"--db-connections (or {DB_CONNECTIONS_ENV}) or run fewer workers"
         )
+    hosts = allowed_hosts(keyed=api_keys is not None)
     pool = pool_per_worker(budget, workers)
     database = _prepare_database(pool * workers)
     settings = {
@@ -157,12 +159,14 @@ def serve(
         "pool_size": pool,
         "api_keys_file": str(Path(path).resolve()) if path else None,
         "multiprocess": workers > 1,
+        "allowed_hosts": None if hosts is None else sorted(hosts),
     }
     _configure_trace_log()
     if api_keys is None:
         print(
             f"no API keys configured: bound to loopback only ({host}); request "
-            "bodies' principals and tenant are trusted"
+            "bodies' principals and tenant are trusted; answering only requests "
+            "addressed to " + ", ".join(sorted(hosts or ()))
         )
     else:
         print(f"API keys: {len(api_keys.by_digest)} configured; bound to {host}")
@@ -234,7 +238,27 @@ def _prepare_database(connections: int) -> str:
     return url
 
 
+class AccessLogWithoutQuery(logging.Filter):
+    """Drop query strings from uvicorn's access log lines.
+
+    A client that puts a key or a question in the URL (``?api_key=...``) would
+    otherwise write it to the log; the path, method and status stay.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record's path argument; never drop the line."""
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            path, mark, _ = args[2].partition("?")
+            if mark:
+                record.args = (args[0], args[1], f"{path}?...", args[3], args[4])
+        return True
+
+
 def _configure_trace_log() -> None:
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, AccessLogWithoutQuery) for f in access.filters):
+        access.addFilter(AccessLogWithoutQuery())
     trace_handler = logging.StreamHandler()
     trace_handler.setFormatter(logging.Formatter("%(message)s"))
     trace_logger = logging.getLogger("retrieval_pipeline.trace")
@@ -271,9 +295,11 @@ def _worker_app(settings: Mapping[str, Any]) -> FastAPI:
     )
     keys_file = settings.get("api_keys_file")
     multiprocess = bool(settings.get("multiprocess"))
+    hosts = settings.get("allowed_hosts")
     app = create_app(
         build_pipeline(resources),
         api_keys=ApiKeys.load(keys_file) if keys_file else None,
+        allowed_hosts=None if hosts is None else frozenset(hosts),
         health=lambda: {"schema_versions": store.schema_versions()},
         pool_stats=store.pool_stats,
         multiprocess_metrics=multiprocess,

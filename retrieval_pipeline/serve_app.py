@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -37,6 +37,7 @@ from retrieval_pipeline.graph.state import PipelineInput
 from retrieval_pipeline.observability import add_trace_listener
 from retrieval_pipeline.serve_guard import (
     SERVED_ENDPOINTS,
+    StreamErrors,
     error_response,
     validate_inputs,
 )
@@ -180,6 +181,7 @@ def create_app(
     health: Callable[[], Mapping[str, Any]] | None = None,
     pool_stats: Callable[[], Mapping[str, int]] | None = None,
     multiprocess_metrics: bool = False,
+    allowed_hosts: Collection[str] | None = None,
 ) -> FastAPI:
     """Build the FastAPI app.
 
@@ -190,6 +192,9 @@ def create_app(
             answers ok or unavailable and nothing more.
         pool_stats: the database pool's statistics for ``/metrics``.
         multiprocess_metrics: one of several worker processes (see :class:`Metrics`).
+        allowed_hosts: the ``Host`` names answered (None: any); ``serve`` passes
+            :func:`~retrieval_pipeline.settings.allowed_hosts` (loopback names only
+            without API keys, against DNS rebinding).
     """
     from langserve import add_routes
 
@@ -236,7 +241,9 @@ def create_app(
     async def user_error(request: Request, exc: RetrievalPipelineError) -> Response:
         return error_response(exc)
 
-    # Outermost first: metrics see every answer, including the gate's 401s.
+    # The last added is outermost: metrics see every answer, including the gate's
+    # 401s; a stream's failure is answered inside the gate.
+    app.add_middleware(StreamErrors)
     app.add_middleware(
         RequestGate,
         api_keys=api_keys,
@@ -244,6 +251,7 @@ def create_app(
         validate=lambda path, body: validate_inputs(
             path, body, keyed=api_keys is not None
         ),
+        allowed_hosts=allowed_hosts,
     )
     app.add_middleware(RequestMetrics, metrics=metrics)
 

@@ -67,7 +67,8 @@ class Metrics:
         self.denied = Counter(
             "rp_permission_rejections",
             "Requests refused or narrowed by access control "
-            "(missing_key, invalid_key, principals_narrowed, tenant_overridden).",
+            "(host, missing_key, invalid_key, missing_grant, principals_narrowed, "
+            "tenant_overridden).",
             ["reason"],
             registry=r,
         )

@@ -20,6 +20,8 @@ STATEMENT_TIMEOUT_ENV = "RETRIEVAL_PIPELINE_STATEMENT_TIMEOUT_MS"
 EMBED_CONCURRENCY_ENV = "RETRIEVAL_PIPELINE_EMBED_CONCURRENCY"
 SERVE_THREADS_ENV = "RETRIEVAL_PIPELINE_SERVE_THREADS"
 DEFAULT_SERVE_THREADS = 64
+ALLOWED_HOSTS_ENV = "RETRIEVAL_PIPELINE_ALLOWED_HOSTS"
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 REPLICA_URLS_ENV = "DATABASE_REPLICA_URLS"
 REPLICA_MAX_LAG_ENV = "RETRIEVAL_PIPELINE_REPLICA_MAX_LAG_S"
 DEFAULT_REPLICA_MAX_LAG_S = 5.0
@@ -121,6 +123,30 @@ def serve_threads() -> int:
     is 6 on two cores and capped a remote embedder at 200 ms near 11 req/s.
     """
     return _whole_number(SERVE_THREADS_ENV, DEFAULT_SERVE_THREADS, 1, 1024)
+
+
+def allowed_hosts(*, keyed: bool) -> frozenset[str] | None:
+    """The ``Host`` names ``serve`` answers; None answers any.
+
+    ``RETRIEVAL_PIPELINE_ALLOWED_HOSTS``: comma-separated names (``*``: any). Without
+    API keys the server trusts request bodies, so it answers the loopback names plus
+    those listed (a DNS-rebinding page addresses it by its own name); with keys, any
+    host unless names are listed (a key, not the host, is the boundary there).
+    """
+    raw = os.environ.get(ALLOWED_HOSTS_ENV, "").strip()
+    names = {n.strip().lower().strip("[]") for n in raw.split(",") if n.strip()}
+    if "*" in names:
+        if not keyed:
+            from retrieval_pipeline.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"{ALLOWED_HOSTS_ENV}=* needs API keys: a server without keys trusts "
+                "request bodies, so it answers only the names it is given"
+            )
+        return None
+    if keyed and not names:
+        return None
+    return frozenset(names) | (frozenset() if keyed else LOOPBACK_HOSTS)
 
 
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@]+:)([^@]*)(@)")

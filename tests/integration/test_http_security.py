@@ -268,6 +268,177 @@ class TestOutsideProbeFindings:
             assert response.status_code == 400, (encoding, response.text)
 
 
+class TestSecondOutsideProbe:
+    """Found by the second outside probe of a running server (issue 17's review)."""
+
+    def test_a_server_without_keys_answers_only_requests_addressed_to_loopback(
+        self, world: World, retriever: Retriever, store: Any
+    ) -> None:
+        from retrieval_pipeline.settings import allowed_hosts
+
+        # DNS rebinding: a page on rebind.example re-points its own name at
+        # 127.0.0.1, so the visitor's browser reaches a keyless loopback server.
+        app = create_app(
+            build_pipeline(PipelineResources(retriever=retriever)),
+            health=lambda: {"schema_versions": store.schema_versions()},
+            pool_stats=store.pool_stats,
+            allowed_hosts=allowed_hosts(keyed=False),
+        )
+        hidden = next(d for d in world.docs if d.principals)
+        body = {
+            "input": {
+                "question": hidden.canary,
+                "principals": list(hidden.principals),
+                "tenant": hidden.tenant,
+            }
+        }
+        with running(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+            port = url.rsplit(":", 1)[1]
+            for host in (f"rebind.example:{port}", "rebind.example", "127.0.0.2", ""):
+                for method, path in (
+                    ("POST", "/retrieve/invoke"),
+                    ("POST", "/retrieve/stream"),
+                    ("GET", "/metrics"),
+                    ("GET", "/healthz"),
+                ):
+                    refused = http.request(
+                        method,
+                        path,
+                        json=body if method == "POST" else None,
+                        headers={"Host": host},
+                    )
+                    assert refused.status_code == 400, (host, path, refused.text)
+                    detail = refused.json()["detail"]
+                    assert "RETRIEVAL_PIPELINE_ALLOWED_HOSTS" in detail
+                    assert hidden.canary not in refused.text
+            for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+                answered = http.post(
+                    "/retrieve/invoke", json=body, headers={"Host": host}
+                )
+                assert answered.status_code == 200, (host, answered.text)
+                assert hidden.canary in answered.text  # what the refusals kept back
+
+    @pytest.mark.parametrize(
+        "content_type",
+        ["text/plain;charset=UTF-8", "application/x-www-form-urlencoded", None],
+    )
+    def test_a_body_not_declared_json_is_a_415_on_every_data_route(
+        self, world: World, content_type: str | None
+    ) -> None:
+        # A browser sends these cross-site without a preflight; never a JSON one.
+        body = json.dumps({"input": {"question": QUESTIONS[0]}}).encode()
+        for path, _ in sorted(DATA_ROUTES):
+            headers = _headers(world.keys[0])
+            if content_type is not None:
+                headers["content-type"] = content_type
+            request = world.http.build_request("POST", path, content=body)
+            request.headers.pop("content-type", None)
+            request.headers.update(headers)
+            response = world.http.send(request)
+            assert response.status_code == 415, (path, response.text)
+            assert "application/json" in response.json()["detail"]
+
+    @pytest.mark.parametrize(
+        "content_type", ["application/json; charset=utf-8", "application/vnd.rp+json"]
+    )
+    def test_json_media_types_with_parameters_are_accepted(
+        self, world: World, content_type: str
+    ) -> None:
+        response = world.http.post(
+            "/retrieve/invoke",
+            content=json.dumps({"input": {"question": QUESTIONS[0]}}),
+            headers={**_headers(world.keys[0]), "content-type": content_type},
+        )
+        assert response.status_code == 200, response.text
+
+    @pytest.mark.parametrize(
+        ("item", "field"),
+        [
+            ({"limit": 1, "doc_ids": ["x"]}, "question"),
+            ({"question": QUESTIONS[0], "tenant": 5}, "tenant"),
+            ({"question": QUESTIONS[0], "tenant": ["a"]}, "tenant"),
+            ({"question": QUESTIONS[0], "debug": None}, "debug"),
+            ({"question": QUESTIONS[0], "debug": "x"}, "debug"),
+        ],
+    )
+    def test_a_batch_item_of_the_wrong_shape_is_a_400_naming_the_field(
+        self, world: World, item: dict[str, Any], field: str
+    ) -> None:
+        response = world.http.post(
+            "/retrieve/batch",
+            json={"inputs": [{"question": QUESTIONS[0]}, item]},
+            headers=_headers(world.keys[0]),
+        )
+        assert response.status_code == 400, response.text
+        detail = response.json()["detail"]
+        assert "item 2" in detail and f"'{field}'" in detail, detail
+        # The connection is still good (a 500 here used to reset the next request).
+        after = world.http.post(
+            "/retrieve/invoke",
+            json={"input": {"question": QUESTIONS[0]}},
+            headers=_headers(world.keys[0]),
+        )
+        assert after.status_code == 200
+
+    def test_a_second_credential_is_named_in_the_401(self, world: World) -> None:
+        low, high = world.keys[0].secret, world.keys[6].secret
+        response = world.http.post(
+            "/retrieve/invoke",
+            json={"input": {"question": QUESTIONS[0]}},
+            headers=[("Authorization", f"Bearer {low}"), ("X-API-Key", high)],
+        )
+        assert response.status_code == 401
+        assert "more than one credential" in response.json()["detail"]
+        missing = world.http.post(
+            "/retrieve/invoke", json={"input": {"question": QUESTIONS[0]}}
+        )
+        assert "missing API key" in missing.json()["detail"]
+
+    @pytest.mark.parametrize("route", ["stream", "stream_log"])
+    def test_a_stream_on_a_database_that_is_down_ends_with_a_503_event(
+        self, store: Any, route: str
+    ) -> None:
+        from langchain_core.runnables import RunnableLambda
+
+        def down(*_: Any) -> Any:
+            raise DatabaseUnavailableError(
+                "cannot connect to PostgreSQL at /tmp/pg password=hunter2"
+            )
+
+        app = create_app(RunnableLambda(down), health=down, pool_stats=store.pool_stats)
+        with running(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+            response = http.post(
+                f"/retrieve/{route}", json={"input": {"question": "q"}}
+            )  # httpx reads the whole body: a cut-off one raises here
+            assert response.status_code == 200  # the stream had started
+            errors = [
+                e
+                for e in _events(response.text)
+                if isinstance(e, dict) and "status_code" in e
+            ]
+            assert errors == [
+                {
+                    "status_code": 503,
+                    "message": "the database is unavailable; retry shortly",
+                }
+            ]
+            assert "event: error" in response.text
+            assert "hunter2" not in response.text and "/tmp/pg" not in response.text
+            # A failure that is not the project's keeps LangServe's 500, still ends.
+            app_bug = create_app(
+                RunnableLambda(lambda _: 1 / 0),
+                health=down,
+                pool_stats=store.pool_stats,
+            )
+        with running(app_bug) as url, httpx.Client(base_url=url, timeout=30) as http:
+            bug = http.post(f"/retrieve/{route}", json={"input": {"question": "q"}})
+            events = [e for e in _events(bug.text) if isinstance(e, dict)]
+            assert [e for e in events if "status_code" in e] == [
+                {"status_code": 500, "message": "Internal Server Error"}
+            ]
+            assert "ZeroDivisionError" not in bug.text
+
+
 class TestAgentServerBinding:
     """Runs under LangGraph's Agent Server read the caller from the run's config."""
 
@@ -722,8 +893,15 @@ def test_hostile_requests_on_every_route_never_get_a_5xx(world: World) -> None:
     @given(
         st.sampled_from(routes),
         hostile_bodies(),
-        st.sampled_from(
-            ["application/json", "text/plain", "application/x-www-form-urlencoded", ""]
+        st.sampled_from(  # mostly JSON: other types stop at the gate's 415
+            [
+                "application/json",
+                "application/json; charset=utf-8",
+                "application/json",
+                "text/plain",
+                "application/x-www-form-urlencoded",
+                "",
+            ]
         ),
         st.integers(0, 9),
     )
