@@ -61,6 +61,9 @@ class IngestSummary:
     removed: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # ingested anyway
+    not_ingested: list[tuple[str, str]] = field(default_factory=list)
+    """Files under a directory left out, with why (an unsupported type, a special
+    file, a link not followed, an unreadable directory): never dropped in silence."""
     mentions_linked: int = 0
     seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -82,6 +85,7 @@ class IngestSummary:
             "failed": self.failed,
             "failures": [{"path": p, "reason": r} for p, r in self.failures],
             "warnings": [{"path": p, "reason": r} for p, r in self.warnings],
+            "not_ingested": [{"path": p, "reason": r} for p, r in self.not_ingested],
             "mentions_linked": self.mentions_linked,
             "seconds": round(self.seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3),
@@ -253,7 +257,7 @@ class Ingestor:
                 root=root,
             )
             try:
-                files = list(discover([target]))
+                files = list(discover([target], summary.not_ingested))
             except IngestError as exc:
                 summary.failures.append((exc.path, exc.reason))
                 continue

@@ -23,7 +23,7 @@ import bisect
 import dataclasses
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -167,24 +167,86 @@ class LoadDefaults:
     root: Path | None = None  # relative paths and ids are computed from here
 
 
-def discover(paths: list[Path]) -> Iterator[Path]:
-    """Yield loadable files under the given files and directories, sorted, once each."""
+def discover(
+    paths: list[Path], skipped: list[tuple[str, str]] | None = None
+) -> Iterator[Path]:
+    """Yield loadable files under the given files and directories, sorted, once each.
+
+    A file named explicitly is always yielded (its loader says why it cannot be
+    read, an unsupported type included), unless it is not a regular file (a FIFO or
+    a device would block or never end): that is an :class:`IngestError`. Under a
+    directory, what is left out is appended to ``skipped`` as ``(path, reason)``:
+    files of an unsupported type, special files, dangling links, symbolic links to
+    directories (not followed) and directories that cannot be read. Sidecars and
+    hidden files are not documents and are not listed.
+    """
     seen: set[Path] = set()
+
+    def skip(where: object, reason: str) -> None:
+        if skipped is not None:
+            skipped.append((str(where), reason))
+
     for path in paths:
         if not path.exists():
-            raise IngestError(str(path), "no such file or directory")
-        candidates = (
-            sorted(p for p in path.rglob("*") if p.is_file())
-            if path.is_dir()
-            else [path]
-        )
-        for candidate in candidates:
+            reason = (
+                "a symbolic link to nothing (its target is missing, or a link loop)"
+                if path.is_symlink()
+                else "no such file or directory"
+            )
+            raise IngestError(str(path), reason)
+        walked = path.is_dir()
+        if not walked and not path.is_file():
+            raise IngestError(
+                str(path), "not a regular file (a FIFO, socket or device); not read"
+            )
+        for candidate in _walk(path, skip) if walked else [path]:
             name = candidate.name.lower()
             if name.endswith(SIDECAR_SUFFIXES) or name.startswith("."):
                 continue
-            if candidate.suffix.lower() in SUFFIXES and candidate not in seen:
-                seen.add(candidate)
-                yield candidate
+            if candidate in seen:
+                continue
+            if walked and candidate.suffix.lower() not in SUFFIXES:
+                skip(
+                    candidate,
+                    f"unsupported file type '{candidate.suffix}'"
+                    if candidate.suffix
+                    else "no file extension, so no known file type",
+                )
+                continue
+            seen.add(candidate)
+            yield candidate
+
+
+def _walk(root: Path, skip: Callable[[object, str], None]) -> list[Path]:
+    """Regular files under ``root``, sorted; ``skip(path, reason)`` for the rest."""
+    import os
+
+    found: list[Path] = []
+
+    def unreadable(error: OSError) -> None:
+        skip(error.filename, f"cannot read this directory ({error.strerror})")
+
+    for directory, subdirectories, names in os.walk(root, onerror=unreadable):
+        here = Path(directory)
+        for sub in subdirectories:
+            if (here / sub).is_symlink():
+                skip(
+                    here / sub,
+                    "a symbolic link to a directory (not followed; ingest its "
+                    "target directly)",
+                )
+        for name in names:
+            candidate = here / name
+            if name.startswith(".") or candidate.is_file():
+                found.append(candidate)
+            elif candidate.is_symlink() and not candidate.exists():
+                skip(
+                    candidate,
+                    "a symbolic link to nothing (its target is missing, or a loop)",
+                )
+            else:
+                skip(candidate, "not a regular file (a FIFO, socket or device)")
+    return sorted(found)
 
 
 def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:

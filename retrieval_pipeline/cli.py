@@ -295,7 +295,23 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             print(f"  failed: {path}: {reason}", file=sys.stderr)
         for path, reason in summary.warnings:
             print(f"  warning: {path}: {reason}", file=sys.stderr)
-    return 1 if summary.failed and not summary.documents and not summary.skipped else 0
+        _print_not_ingested(summary.not_ingested)
+    # Any failed file fails the command (the others are ingested): a script or CI
+    # job must see it.
+    return 1 if summary.failed else 0
+
+
+def _print_not_ingested(left_out: list[tuple[str, str]], examples: int = 3) -> None:
+    """Files a directory walk left out, by reason, a few paths each (all in --json)."""
+    by_reason: dict[str, list[str]] = {}
+    for path, reason in left_out:
+        by_reason.setdefault(reason, []).append(path)
+    for reason, paths in sorted(by_reason.items()):
+        shown = ", ".join(paths[:examples])
+        more = f" and {len(paths) - examples} more" if len(paths) > examples else ""
+        print(
+            f"  not ingested ({len(paths)}): {reason}: {shown}{more}", file=sys.stderr
+        )
 
 
 def _cmd_query(args: argparse.Namespace) -> int:
@@ -466,6 +482,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as Unix tools do. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

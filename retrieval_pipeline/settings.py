@@ -36,14 +36,35 @@ def home_dir() -> Path:
         if configured
         else Path(platformdirs.user_data_dir("retrieval-pipeline"))
     )
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from retrieval_pipeline.errors import ConfigurationError
+
+        where = f"{HOME_ENV}={configured}" if configured else "the user data directory"
+        problem = (
+            "a file is in the way"
+            if isinstance(exc, FileExistsError | NotADirectoryError)
+            else exc.strerror or type(exc).__name__
+        )
+        raise ConfigurationError(
+            f"cannot use {path} as the data directory ({where}): {problem}. "
+            f"Point {HOME_ENV} at a directory you can write."
+        ) from None
     return path.resolve()
 
 
+_DRIVER_SCHEME = re.compile(r"^postgres(?:ql)?\+[a-z0-9_]+://", re.IGNORECASE)
+
+
 def database_url() -> str | None:
-    """Return ``DATABASE_URL`` when an external PostgreSQL is configured."""
+    """Return ``DATABASE_URL`` when an external PostgreSQL is configured.
+
+    A SQLAlchemy-style URL naming a driver (``postgresql+psycopg://``, as
+    langchain-postgres uses) is taken as the plain ``postgresql://`` URL.
+    """
     value = os.environ.get(DATABASE_URL_ENV, "").strip()
-    return value or None
+    return _DRIVER_SCHEME.sub("postgresql://", value) or None
 
 
 def replica_urls() -> list[str]:

@@ -49,6 +49,7 @@ def hashed_embedding(text: str, dimension: int = EMBEDDING_DIMENSION) -> list[fl
 @dataclass
 class PeerBehaviour:
     # ok | http500 | slow | drip | malformed | wrong_count | rate_limited | reset
+    # | wrong_dimension (vectors half as long: a base URL now serving another model)
     mode: str = "ok"
     delay_s: float = 0.0
     answer: dict[str, Any] | None = None  # the judge's structured answer (chat peer)
@@ -154,7 +155,8 @@ def _handler(behaviour: PeerBehaviour) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 self.connection.close()
                 return
-            vectors = [hashed_embedding(t) for t in texts]
+            width = EMBEDDING_DIMENSION // (2 if mode == "wrong_dimension" else 1)
+            vectors = [hashed_embedding(t, width) for t in texts]
             if self.path.endswith("/v2/embed"):  # Cohere v2
                 payload: dict[str, Any] = {
                     "id": "embed-local",

@@ -144,6 +144,7 @@ class Retriever:
         # None scores every query exhaustively (exact at any cost).
         self.lexical_exhaustive_postings = lexical_exhaustive_postings
         self._index_checked = False
+        self._index_dimension = 0
 
     def scope(
         self,
@@ -175,6 +176,7 @@ class Retriever:
             # provider here (an outage would fail the query, not just its dense arm).
             dimension = self.embedder.known_dimension or index.dimension
             self.store.check_embedding_compatible(index, self.embedder.model, dimension)
+            self._index_dimension = index.dimension
             self._index_checked = True
         return True
 
@@ -244,6 +246,16 @@ class Retriever:
                 logger.warning("dense channel skipped: %s", exc.reason)
                 return {"lexical": lexical_hits, "dense": []}
             trace.embed_ms = (time.perf_counter() - embed_started) * 1000
+            wanted = self._index_dimension
+            if wanted and len(vector) != wanted:
+                # A provider now answering for another model (a changed base URL): the
+                # database would reject the vector; the lexical channel still answers.
+                trace.embed_fallback = (
+                    f"the embedder returned a {len(vector)}-dimensional vector but the "
+                    f"index holds {wanted} dimensions; check the provider's model"
+                )
+                logger.warning("dense channel skipped: %s", trace.embed_fallback)
+                return {"lexical": lexical_hits, "dense": []}
         started = time.perf_counter()
         dense = self.store.search_dense(
             vector,

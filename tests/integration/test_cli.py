@@ -117,6 +117,51 @@ class TestCli:
         summary = json.loads(capsys.readouterr().out)
         assert summary["failed"] == 1 and "binary" in summary["failures"][0]["reason"]
 
+    def test_any_failed_file_fails_the_command_and_left_out_files_are_named(
+        self, store: Store, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        (tmp_path / "good.md").write_text("# Good\n\nLedger reconciliation notes.\n")
+        (tmp_path / "bad.md").write_bytes(b"\x00\x01")
+        (tmp_path / "photo.png").write_bytes(b"\x89PNG")
+        csv = tmp_path.parent / f"{tmp_path.name}-data.csv"
+        csv.write_text("a,b\n")
+        assert main(["ingest", str(tmp_path), str(csv), "--no-progress"]) == 1
+        captured = capsys.readouterr()
+        assert "ingested 1 documents" in captured.out and "failed 2" in captured.out
+        assert f"failed: {csv}: unsupported file type '.csv'" in captured.err
+        assert "not ingested (1): unsupported file type '.png'" in captured.err
+        assert main(["ingest", str(tmp_path), "--json"]) == 1
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["skipped"] == 1 and summary["failed"] == 1
+        assert [n["path"] for n in summary["not_ingested"]] == [
+            str(tmp_path / "photo.png")
+        ]
+
+    def test_a_data_directory_that_is_a_file_is_a_one_line_error(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: Any
+    ) -> None:
+        (tmp_path / "home").write_text("not a directory")
+        monkeypatch.setenv("RETRIEVAL_PIPELINE_HOME", str(tmp_path / "home"))
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        assert main(["query", "ledger"]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "a file is in the way" in err
+
+    def test_a_database_url_never_shows_its_password_whatever_its_scheme(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+    ) -> None:
+        for url in (
+            "postgresql+psycopg://bob:hunter2@127.0.0.1:9/db",  # langchain-postgres'
+            "mysql://bob:hunter2@127.0.0.1:9/db",
+        ):
+            monkeypatch.setenv("DATABASE_URL", url)
+            assert main(["query", "ledger"]) == EXIT_DATABASE
+            err = capsys.readouterr().err
+            assert "hunter2" not in err and "bob:***@" in err, err
+            if url.startswith("postgresql+"):  # read as postgresql://: it connects
+                assert "postgresql://bob:***@127.0.0.1:9/db" in err
+                assert "missing" not in err
+
     def test_missing_path_is_reported(
         self, store: Store, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:

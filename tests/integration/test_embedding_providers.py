@@ -186,6 +186,35 @@ class TestQueryFallback:
         assert fallback["stage"] in {"plain_retrieve", "hybrid_retrieve"}
         assert "HTTP 500" in fallback["reason"] and out["chunks"]
 
+    @pytest.mark.parametrize("fresh_process", [False, True])
+    def test_a_vector_of_the_wrong_width_skips_the_dense_channel_with_a_reason(
+        self,
+        peer: PeerBehaviour,
+        remote_store: Store,
+        sample_corpus: Path,
+        fresh_process: bool,
+    ) -> None:
+        # The provider's base URL now serves another model: the database would
+        # reject the vector (a DataException); the lexical channel answers instead.
+        Ingestor(remote_store, _embedder()).ingest_paths([sample_corpus])
+        embedder = _embedder()
+        if not fresh_process:
+            embedder.embed_query("learn the width from a healthy reply")
+        graph = build_pipeline(
+            PipelineResources(retriever=Retriever(remote_store, embedder))
+        )
+        peer.mode = "wrong_dimension"
+        for context in (
+            Context(understanding=False, reranker="none"),
+            Context(understanding=False, graph_fusion=False, reranker="none"),
+        ):
+            out = graph.invoke(
+                {"question": f"{QUESTION} wide", "limit": 3}, context=context
+            )
+            [fallback] = out["retrieval_debug"]["fallbacks"]
+            assert "dimension" in fallback["reason"], fallback
+            assert out["chunks"], "the lexical channel still answers"
+
 
 class TestIngestRetries:
     def test_retry_after_is_honoured_then_the_batch_lands(

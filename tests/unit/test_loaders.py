@@ -184,6 +184,53 @@ class TestDiscovery:
         found = [p.relative_to(tmp_path).as_posix() for p in discover([tmp_path])]
         assert found == ["a.md", "d/b.txt"]
 
+    def test_what_a_walk_leaves_out_is_listed_with_the_reason(
+        self, tmp_path: Path
+    ) -> None:
+        import os
+
+        write(tmp_path / "ok.md", "x")
+        write(tmp_path / "README", "read me")
+        write(tmp_path / "d" / "image.png", b"\x89PNG")
+        write(tmp_path / "elsewhere" / "e.md", "e")
+        write(tmp_path / "a.md.meta.json", "{}")  # a sidecar: not a document
+        write(tmp_path / ".hidden.md", "z")  # hidden: not a document
+        (tmp_path / "d" / "linked").symlink_to(tmp_path / "elsewhere")
+        (tmp_path / "gone.md").symlink_to(tmp_path / "missing.md")
+        os.mkfifo(tmp_path / "pipe.md")
+        skipped: list[tuple[str, str]] = []
+        found = [p.name for p in discover([tmp_path], skipped)]
+        assert found == ["e.md", "ok.md"]  # elsewhere/e.md sorts first
+        reasons = {Path(p).relative_to(tmp_path).as_posix(): r for p, r in skipped}
+        assert set(reasons) == {
+            "README",
+            "d/image.png",
+            "d/linked",
+            "gone.md",
+            "pipe.md",
+        }
+        assert "no file extension" in reasons["README"]
+        assert "unsupported file type '.png'" in reasons["d/image.png"]
+        assert "not followed" in reasons["d/linked"]
+        assert "link to nothing" in reasons["gone.md"]
+        assert "not a regular file" in reasons["pipe.md"]
+
+    def test_a_named_file_is_always_loaded_or_refused_never_dropped(
+        self, tmp_path: Path
+    ) -> None:
+        import os
+
+        csv = write(tmp_path / "data.csv", "a,b")
+        assert list(discover([csv])) == [csv]  # its loader says why it is refused
+        with pytest.raises(IngestError, match="unsupported file type"):
+            load_file(csv, LoadDefaults())
+        os.mkfifo(tmp_path / "pipe.md")
+        with pytest.raises(IngestError, match="not a regular file"):
+            list(discover([tmp_path / "pipe.md"]))  # reading it would block forever
+        (tmp_path / "loop.md").symlink_to(tmp_path / "loop.md")
+        with pytest.raises(IngestError, match="link"):
+            list(discover([tmp_path / "loop.md"]))
+
 
 def front(tmp_path: Path, meta: str, name: str = "acl.md") -> Path:
     return write(tmp_path / name, f"---\n{meta}\n---\n# Body\n\ntext\n")

@@ -115,6 +115,7 @@ class StoreConnection:
             ).close()
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            reason = redact_url(reason)  # the driver may quote the URL it was given
             raise DatabaseUnavailableError(
                 f"cannot connect to PostgreSQL at {redact_url(conninfo)}: {reason}. "
                 "Check that the server is running and DATABASE_URL is right, or unset "
