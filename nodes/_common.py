@@ -80,6 +80,12 @@ def fallback(stage: str, reason: str) -> Fallback:
     return {"stage": stage, "reason": reason}
 
 
+def reranker_fallbacks(reranker: object) -> list[Fallback]:
+    """A fallback when the reranker asked for by name is not available (else none)."""
+    why = getattr(reranker, "unavailable", "")
+    return [fallback("rerank", why)] if why else []
+
+
 def access_scope(resources: PipelineResources, state: Mapping[str, Any]) -> AccessScope:
     """The caller's access scope (principals, tenant, document scope) from the state.
 

@@ -19,6 +19,7 @@ from retrieval_pipeline.nodes._common import (
     access_scope,
     context_of,
     emit_run_trace,
+    reranker_fallbacks,
     run_revision,
     shows_debug,
     stage_timer,
@@ -133,13 +134,15 @@ def run_summary(
     understanding = state.get("understanding") or {}
     question = state["query"]
     effective = state.get("effective_query") or question
-    return {
+    reranker = resources.reranker_for(ctx.reranker)
+    summary: RetrievalDebug = {
         "path": "pipeline",
         "rewrite": effective if effective != question else None,
         "sub_queries": understanding.get("sub_queries", []),
         "graph_added": seen.get("graph_added", 0),
         "reranked": seen.get("reranked", False),
-        "reranker_kind": seen.get(
-            "reranker_kind", resources.reranker_for(ctx.reranker).kind
-        ),
+        "reranker_kind": seen.get("reranker_kind", reranker.kind),
     }
+    if missing := reranker_fallbacks(reranker):
+        summary["fallbacks"] = missing
+    return summary

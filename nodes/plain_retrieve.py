@@ -14,6 +14,7 @@ from retrieval_pipeline.nodes._common import (
     context_of,
     emit_run_trace,
     fallback,
+    reranker_fallbacks,
     run_revision,
     shows_debug,
     stage_timer,
@@ -68,6 +69,8 @@ def plain_retrieve(
         debug["fallbacks"] = [
             fallback("plain_retrieve", f"dense skipped: {trace.embed_fallback}")
         ]
+    if missing := reranker_fallbacks(resources.reranker_for(ctx.reranker)):
+        debug["fallbacks"] = [*debug.get("fallbacks", []), *missing]
     output = [chunk.to_dict() for chunk in chunks]
     debug["assembled_tokens"] = sum(c.token_count for c in chunks)
     debug["token_method"] = "stored"

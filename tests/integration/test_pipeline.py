@@ -128,6 +128,39 @@ class TestRouting:
             pipeline(retriever).invoke({"question": "ok", "limit": 0})
 
 
+class TestARerankerAskedForByName:
+    @pytest.mark.parametrize(
+        ("kind", "env", "graph_fusion"),
+        [
+            ("voyage", "VOYAGE_API_KEY", True),
+            ("cohere", "COHERE_API_KEY", True),
+            ("onnx", "RETRIEVAL_PIPELINE_RERANKER_ONNX", True),
+            ("voyage", "VOYAGE_API_KEY", False),  # every stage inactive: plain path
+        ],
+    )
+    def test_a_missing_key_is_a_recorded_fallback_not_a_silent_none(
+        self,
+        retriever: Retriever,
+        corpus: None,
+        monkeypatch: pytest.MonkeyPatch,
+        kind: str,
+        env: str,
+        graph_fusion: bool,
+    ) -> None:
+        for name in ("VOYAGE_API_KEY", "COHERE_API_KEY", "CO_API_KEY", env):
+            monkeypatch.delenv(name, raising=False)
+        context = Context(understanding=False, graph_fusion=graph_fusion, reranker=kind)
+        out = pipeline(retriever).invoke({"question": QUESTION}, context=context)
+        debug = out["retrieval_debug"]
+        assert debug["reranker_kind"] == "none" and out["chunks"]
+        [missing] = [f for f in debug["fallbacks"] if f["stage"] == "rerank"]
+        assert f"the {kind} reranker was asked for" in missing["reason"]
+        assert env in missing["reason"]
+        auto = Context(understanding=False, graph_fusion=graph_fusion, reranker="auto")
+        quiet = pipeline(retriever).invoke({"question": QUESTION}, context=auto)
+        assert not quiet["retrieval_debug"].get("fallbacks")  # auto asks for nothing
+
+
 class TestIdentityAndDeterminism:
     def test_all_stages_inactive_equals_retrieve_and_slice(
         self, retriever: Retriever, corpus: None
