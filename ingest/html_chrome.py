@@ -44,7 +44,16 @@ _DROP_TAGS = frozenset(
     }
 )
 _DROP_ROLES = frozenset(
-    {"navigation", "banner", "contentinfo", "search", "complementary", "menu"}
+    {
+        "navigation",
+        "banner",
+        "contentinfo",
+        "search",
+        "complementary",
+        "menu",
+        "dialog",  # cookie and newsletter pop-ups that are not <dialog> elements
+        "alertdialog",
+    }
 )
 # Class and id tokens that name page chrome (compared whole, case-insensitively).
 _CHROME_TOKENS = frozenset(
@@ -90,7 +99,23 @@ _CHROME_TOKENS = frozenset(
         "page-footer",
     }
 )
-_CHROME_PREFIXES = ("navbar-", "breadcrumb", "sidebar-", "skip-to")
+_CHROME_PREFIXES = (
+    "navbar-",
+    "breadcrumb",
+    "sidebar-",
+    "skip-to",
+    # Consent and sign-up banners (OneTrust, cookieconsent's cc-window, GDPR notices)
+    # and the parts of a site's footer or header (footer-links, site-footer-bottom).
+    "cookie",
+    "onetrust",
+    "cc-",
+    "consent",
+    "gdpr",
+    "newsletter",
+    "site-footer",
+    "site-header",
+    "footer-",
+)
 _CHROME_SUFFIXES = ("-nav", "-navigation", "-navbar", "-menu", "-sidebar")
 
 _ADMONITION_TOKENS = frozenset(
@@ -167,7 +192,7 @@ def _is_chrome(node: LexborNode) -> bool:
         ):
             return True
     label = f"{attrs.get('summary') or ''} {attrs.get('aria-label') or ''}".lower()
-    if "navigation" in label or "breadcrumb" in label:
+    if any(word in label for word in ("navigation", "breadcrumb", "cookie", "consent")):
         return True
     return False
 

@@ -325,3 +325,35 @@ class TestTexinfoPage:
         assert "Anonymous functions are defined using the syntax" in text
         # A link in the prose to the same page as the "Previous" bar stays prose.
         assert "see Function Handles for handles to named functions" in text
+
+
+SINGLE_PAGE_WITH_BANNERS = """<!doctype html><html><head><title>Refunds</title></head>
+<body>
+<div id="onetrust-banner-sdk"><p>Privacy preference center ONETRUSTLEAK</p></div>
+<div id="cookie-notice" class="cc-window"><p>We use cookies COOKIELEAK</p></div>
+<div role="dialog" aria-label="cookie consent"><p>Accept all DIALOGLEAK</p></div>
+<div class="newsletter-signup"><p>Subscribe to our newsletter NEWSLEAK</p></div>
+<h1>Refunds</h1>
+<p>A refund is posted to the ledger within two days.</p>
+<div class="note"><p>Partial refunds keep the original payment id.</p></div>
+<div class="site-footer-bottom"><p>Terms | Privacy BOTTOMLEAK</p></div>
+<ul class="footer-links"><li><a href="/t">Terms FOOTLEAK</a></li></ul>
+</body></html>"""
+
+
+class TestBannersOnALonePage:
+    """Chrome a single page shows with no repetition across pages to reveal it."""
+
+    def test_consent_newsletter_and_footer_parts_are_dropped(self) -> None:
+        text = " ".join(parse_html(SINGLE_PAGE_WITH_BANNERS).text.split())
+        for leak in (
+            "ONETRUSTLEAK",
+            "COOKIELEAK",
+            "DIALOGLEAK",
+            "NEWSLEAK",
+            "BOTTOMLEAK",
+            "FOOTLEAK",
+        ):
+            assert leak not in text, leak
+        assert "A refund is posted to the ledger within two days." in text
+        assert "Partial refunds keep the original payment id." in text
