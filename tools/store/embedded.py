@@ -9,6 +9,7 @@ Tests pass ``keep_running=False`` so the server stops with the last handle.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import subprocess
 import warnings
@@ -70,15 +71,42 @@ class EmbeddedPostgres:
                     with self._server._lock:
                         self._server.ensure_postgres_running()
             except (subprocess.SubprocessError, OSError) as exc:
-                log = self.pgdata / "log"
-                tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
-                raise DatabaseUnavailableError(
-                    f"could not start the embedded PostgreSQL in {self.pgdata}: {exc}. "
-                    f"Server log tail:\n{tail}\nTry `retrieval-pipeline db reset` if "
-                    "the "
-                    "data directory is damaged, or set DATABASE_URL."
-                ) from exc
+                raise DatabaseUnavailableError(self._start_failure(exc)) from exc
         return str(self._server.get_uri())
+
+    def _start_failure(self, exc: BaseException) -> str:
+        """Why the server did not start, its cause first, and what to do."""
+        text = str(exc)
+        # pgserver's message carries whole pg_ctl/initdb command lines; the cause is
+        # the line that says what failed.
+        causes = [
+            line.strip()
+            for line in text.splitlines()
+            if re.search(r"FATAL|PANIC|denied|could not|No such|Errno", line)
+        ][:3] or [text.splitlines()[0] if text.strip() else type(exc).__name__]
+        denied = isinstance(exc, PermissionError) or "denied" in text.lower()
+        advice = (
+            f"This user cannot read or write {self.pgdata}: fix its owner or "
+            "permissions (nothing in it needs deleting)"
+            if denied
+            else "If the data directory is damaged, `retrieval-pipeline db reset "
+            "--yes` recreates it (deleting every document); or set DATABASE_URL"
+        )
+        log = self.pgdata / "log"
+        try:
+            tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
+        except OSError:
+            tail = ""
+        return (
+            f"could not start the embedded PostgreSQL in {self.pgdata}: "
+            + "; ".join(causes)
+            + f". {advice}."
+            + (
+                f"\nServer log tail (it may predate this attempt):\n{tail}"
+                if tail
+                else ""
+            )
+        )
 
     def status(self) -> ServerStatus:
         """Report whether a server runs for this data directory (starts nothing)."""
