@@ -19,6 +19,7 @@ from retrieval_pipeline.cli_eval import add_eval_parser, cmd_eval
 from retrieval_pipeline.errors import DatabaseUnavailableError, RetrievalPipelineError
 from retrieval_pipeline.graph.context import DEFAULT_LIMIT
 from retrieval_pipeline.settings import database_url, redact_url, replica_urls
+from retrieval_pipeline.tools.deadline import calls_in_flight
 
 EXIT_USAGE = 2
 EXIT_DATABASE = 3
@@ -472,7 +473,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve": _cmd_serve,
     }
     try:
-        return handlers[args.command](args)
+        code = handlers[args.command](args)
+        if args.command in ("query", "eval") and calls_in_flight():
+            # A hung provider call was abandoned at its deadline and the answer is
+            # out: exit now instead of joining its thread until its client times out.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except DatabaseUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_DATABASE

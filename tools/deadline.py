@@ -10,14 +10,46 @@ it) and the caller falls back at once.
 from __future__ import annotations
 
 import contextvars
+import functools
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rp-provider")
+_in_flight = 0
+_in_flight_lock = threading.Lock()
+
+
+def tracked(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn``, counted in :func:`calls_in_flight` while it runs."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> T:
+        global _in_flight
+        with _in_flight_lock:
+            _in_flight += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with _in_flight_lock:
+                _in_flight -= 1
+
+    return run
+
+
+def calls_in_flight() -> int:
+    """Provider calls still running, abandoned past their deadline ones included.
+
+    A command-line run that has answered need not wait for them: the interpreter
+    would join their threads at exit, holding the shell until the client's own
+    timeout ends a hung call.
+    """
+    with _in_flight_lock:
+        return _in_flight
 
 
 class DeadlineExceeded(TimeoutError):
@@ -26,7 +58,7 @@ class DeadlineExceeded(TimeoutError):
 
 def call_with_deadline(fn: Callable[[], T], deadline_s: float) -> T:
     """Run ``fn()`` with the caller's context variables; wait ``deadline_s`` at most."""
-    future = _pool.submit(contextvars.copy_context().run, fn)
+    future = _pool.submit(tracked(contextvars.copy_context().run), fn)
     try:
         return future.result(timeout=max(deadline_s, 0.0))
     except FutureTimeout:

@@ -42,6 +42,7 @@ from retrieval_pipeline.graph.context import (
     REMOTE_EMBED_TIMEOUT_S,
 )
 from retrieval_pipeline.settings import EMBEDDINGS_ENV, embed_concurrency
+from retrieval_pipeline.tools.deadline import tracked
 
 logger = logging.getLogger(__name__)
 
@@ -338,7 +339,7 @@ class Embedder:
             joined = self._pending.get(text)
             if joined is not None:
                 return joined
-            future = _query_pool.submit(self._embed_query_now, text)
+            future = _query_pool.submit(tracked(self._embed_query_now), text)
             pending = PendingQuery(future, time.monotonic())
             self._pending[text] = pending
         # Outside the lock: a call that has already finished (a provider refusing

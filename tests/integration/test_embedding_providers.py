@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,46 @@ class TestQueryFallback:
             [fallback] = out["retrieval_debug"]["fallbacks"]
             assert "dimension" in fallback["reason"], fallback
             assert out["chunks"], "the lexical channel still answers"
+
+
+class TestCommandLineExit:
+    def test_a_query_that_answered_does_not_wait_for_a_hung_call(
+        self,
+        peer: PeerBehaviour,
+        remote_store: Store,
+        remote_url: str,
+        sample_corpus: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        import os
+
+        from retrieval_pipeline.cli import main
+        from retrieval_pipeline.tools.deadline import calls_in_flight
+
+        def settle() -> None:  # calls other tests abandoned end first
+            waited = time.monotonic() + 15
+            while calls_in_flight() and time.monotonic() < waited:
+                time.sleep(0.1)
+
+        settle()
+        Ingestor(remote_store, _embedder()).ingest_paths([sample_corpus])
+        monkeypatch.setenv("DATABASE_URL", remote_url)
+        monkeypatch.setenv("RETRIEVAL_PIPELINE_EMBEDDINGS", "openai")
+        monkeypatch.setenv("RETRIEVAL_PIPELINE_JUDGE_MODEL", "none")
+        exits: list[int] = []
+        monkeypatch.setattr(os, "_exit", exits.append)
+        peer.mode, peer.delay_s = "slow", 3.0  # hangs past the 1 s deadline
+        code = main(["query", f"{QUESTION} hung", "--no-understanding"])
+        out = capsys.readouterr()
+        assert code == 0 and "1. [" in out.out, out
+        assert calls_in_flight() == 1  # the abandoned call still runs...
+        assert exits == [0]  # ...and the command left without joining it
+        peer.mode = "ok"
+        exits.clear()
+        settle()  # the hung call ends
+        assert main(["query", f"{QUESTION} healthy", "--no-understanding"]) == 0
+        assert exits == []  # nothing in flight: a normal exit
 
 
 class TestIngestRetries:
