@@ -99,13 +99,13 @@ _CHROME_TOKENS = frozenset(
         "page-footer",
     }
 )
-_CHROME_PREFIXES = (
-    "navbar-",
-    "breadcrumb",
-    "sidebar-",
-    "skip-to",
-    # Consent and sign-up banners (OneTrust, cookieconsent's cc-window, GDPR notices)
-    # and the parts of a site's footer or header (footer-links, site-footer-bottom).
+_CHROME_PREFIXES = ("navbar-", "breadcrumb", "sidebar-", "skip-to")
+# Consent and sign-up banners (OneTrust, cookieconsent's cc-window, GDPR notices) and
+# the parts of a site's footer or header (footer-links, site-footer-bottom), matched
+# on *class* words only: documentation generators derive section ids from headings
+# (a "Cookie Objects" section is id="cookie-objects"), so an id counts only when it
+# is one of the banner ids those widgets use.
+_BANNER_CLASS_PREFIXES = (
     "cookie",
     "onetrust",
     "cc-",
@@ -115,6 +115,18 @@ _CHROME_PREFIXES = (
     "site-footer",
     "site-header",
     "footer-",
+)
+_BANNER_IDS = frozenset(
+    {
+        "onetrust-banner-sdk",
+        "onetrust-consent-sdk",
+        "cookie-notice",
+        "cookie-banner",
+        "cookie-consent",
+        "cookie-law-info-bar",
+        "cybotcookiebotdialog",
+        "newsletter-signup",
+    }
 )
 _CHROME_SUFFIXES = ("-nav", "-navigation", "-navbar", "-menu", "-sidebar")
 
@@ -191,6 +203,11 @@ def _is_chrome(node: LexborNode) -> bool:
             or token.endswith(_CHROME_SUFFIXES)
         ):
             return True
+    if (attrs.get("id") or "").strip().lower() in _BANNER_IDS or any(
+        word.startswith(_BANNER_CLASS_PREFIXES)
+        for word in (attrs.get("class") or "").lower().split()
+    ):
+        return True
     label = f"{attrs.get('summary') or ''} {attrs.get('aria-label') or ''}".lower()
     if any(word in label for word in ("navigation", "breadcrumb", "cookie", "consent")):
         return True

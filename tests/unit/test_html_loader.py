@@ -357,3 +357,18 @@ class TestBannersOnALonePage:
             assert leak not in text, leak
         assert "A refund is posted to the ledger within two days." in text
         assert "Partial refunds keep the original payment id." in text
+
+    def test_sections_whose_heading_ids_look_like_banners_are_kept(self) -> None:
+        # Sphinx and mkdocs derive section ids from headings: python3-doc's
+        # http.cookies page has <section id="cookie-objects">.
+        page = (
+            "<html><body><main><h1>http.cookies</h1>"
+            '<section id="cookie-objects"><h2>Cookie Objects</h2>'
+            "<p>BaseCookie.value_decode(val) returns a decoded value.</p></section>"
+            '<section id="footer-configuration"><h2>Footer configuration</h2>'
+            "<p>The footer template is read from footer.html.</p></section>"
+            "</main></body></html>"
+        )
+        text = parse_html(page).text
+        assert "BaseCookie.value_decode(val) returns a decoded value." in text
+        assert "The footer template is read from footer.html." in text
