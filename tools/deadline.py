@@ -58,7 +58,12 @@ class DeadlineExceeded(TimeoutError):
 
 def call_with_deadline(fn: Callable[[], T], deadline_s: float) -> T:
     """Run ``fn()`` with the caller's context variables; wait ``deadline_s`` at most."""
-    future = _pool.submit(tracked(contextvars.copy_context().run), fn)
+    context = contextvars.copy_context()
+
+    def run() -> T:
+        return context.run(fn)
+
+    future = _pool.submit(tracked(run))
     try:
         return future.result(timeout=max(deadline_s, 0.0))
     except FutureTimeout:
