@@ -217,6 +217,9 @@ def discover(
             yield candidate
 
 
+_VCS_DIRECTORIES = frozenset({".git", ".hg", ".svn", ".bzr"})
+
+
 def _walk(root: Path, skip: Callable[[object, str], None]) -> list[Path]:
     """Regular files under ``root``, sorted; ``skip(path, reason)`` for the rest."""
     import os
@@ -228,6 +231,9 @@ def _walk(root: Path, skip: Callable[[object, str], None]) -> list[Path]:
 
     for directory, subdirectories, names in os.walk(root, onerror=unreadable):
         here = Path(directory)
+        for sub in [d for d in subdirectories if d in _VCS_DIRECTORIES]:
+            subdirectories.remove(sub)  # its objects are no one's documents
+            skip(here / sub, "version-control metadata (not entered)")
         for sub in subdirectories:
             if (here / sub).is_symlink():
                 skip(

@@ -198,6 +198,8 @@ class TestDiscovery:
         (tmp_path / "d" / "linked").symlink_to(tmp_path / "elsewhere")
         (tmp_path / "gone.md").symlink_to(tmp_path / "missing.md")
         os.mkfifo(tmp_path / "pipe.md")
+        write(tmp_path / ".git" / "HEAD", "ref: refs/heads/main")  # one entry in all
+        write(tmp_path / ".git" / "notes.md", "never a document")
         skipped: list[tuple[str, str]] = []
         found = [p.name for p in discover([tmp_path], skipped)]
         assert found == ["e.md", "ok.md"]  # elsewhere/e.md sorts first
@@ -208,7 +210,9 @@ class TestDiscovery:
             "d/linked",
             "gone.md",
             "pipe.md",
+            ".git",
         }
+        assert "version-control metadata" in reasons[".git"]
         assert "no file extension" in reasons["README"]
         assert "unsupported file type '.png'" in reasons["d/image.png"]
         assert "not followed" in reasons["d/linked"]
