@@ -424,9 +424,13 @@ class TestSecondOutsideProbe:
             ]
             assert "event: error" in response.text
             assert "hunter2" not in response.text and "/tmp/pg" not in response.text
+
             # A failure that is not the project's keeps LangServe's 500, still ends.
+            def broken(*_: Any) -> Any:  # typed as `down` is: one LangServe model
+                return 1 / 0
+
             app_bug = create_app(
-                RunnableLambda(lambda _: 1 / 0),
+                RunnableLambda(broken),
                 health=down,
                 pool_stats=store.pool_stats,
             )

@@ -110,7 +110,7 @@ class TestFiles:
         _md(tmp_path / "bad.md", 'id: bad\nprincipals: ""')
         code = main(["ingest", str(tmp_path), "--no-progress", "--principals", "hr"])
         captured = capsys.readouterr()
-        assert code == 0  # partial success; the failure is on stderr
+        assert code == 1  # the good file lands; the refused one fails the command
         assert "failed 1" in captured.out
         assert "bad.md" in captured.err and "empty" in captured.err
         assert _stored(store) == {"ok": ("", ["hr"])}
@@ -217,7 +217,7 @@ class TestLangchainPostgres:
             ]
         )
         out = json.loads(capsys.readouterr().out)
-        assert code == 0
+        assert code == 1  # refused rows fail the command; the good row lands
         assert out["documents"] == 1 and out["failed"] == 3
         refused = {f["path"].rsplit("/", 1)[1] for f in out["failures"]}
         assert refused == {"empty-string", "empty-list", "globex"}
