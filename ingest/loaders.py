@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -167,6 +168,11 @@ class LoadDefaults:
     root: Path | None = None  # relative paths and ids are computed from here
 
 
+_VCS_DIRECTORIES = frozenset({".git", ".hg", ".svn", ".bzr"})
+_DANGLING = "a symbolic link to nothing (its target is missing, or a link loop)"
+_SPECIAL = "not a regular file (a FIFO, socket or device)"
+
+
 def discover(
     paths: list[Path], skipped: list[tuple[str, str]] | None = None
 ) -> Iterator[Path]:
@@ -188,17 +194,11 @@ def discover(
 
     for path in paths:
         if not path.exists():
-            reason = (
-                "a symbolic link to nothing (its target is missing, or a link loop)"
-                if path.is_symlink()
-                else "no such file or directory"
-            )
+            reason = _DANGLING if path.is_symlink() else "no such file or directory"
             raise IngestError(str(path), reason)
         walked = path.is_dir()
         if not walked and not path.is_file():
-            raise IngestError(
-                str(path), "not a regular file (a FIFO, socket or device); not read"
-            )
+            raise IngestError(str(path), f"{_SPECIAL}; not read")
         for candidate in _walk(path, skip) if walked else [path]:
             name = candidate.name.lower()
             if name.endswith(SIDECAR_SUFFIXES) or name.startswith("."):
@@ -217,13 +217,8 @@ def discover(
             yield candidate
 
 
-_VCS_DIRECTORIES = frozenset({".git", ".hg", ".svn", ".bzr"})
-
-
 def _walk(root: Path, skip: Callable[[object, str], None]) -> list[Path]:
     """Regular files under ``root``, sorted; ``skip(path, reason)`` for the rest."""
-    import os
-
     found: list[Path] = []
 
     def unreadable(error: OSError) -> None:
@@ -246,12 +241,9 @@ def _walk(root: Path, skip: Callable[[object, str], None]) -> list[Path]:
             if name.startswith(".") or candidate.is_file():
                 found.append(candidate)
             elif candidate.is_symlink() and not candidate.exists():
-                skip(
-                    candidate,
-                    "a symbolic link to nothing (its target is missing, or a loop)",
-                )
+                skip(candidate, _DANGLING)
             else:
-                skip(candidate, "not a regular file (a FIFO, socket or device)")
+                skip(candidate, _SPECIAL)
     return sorted(found)
 
 

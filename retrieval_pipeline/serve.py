@@ -161,7 +161,7 @@ def serve(
         "multiprocess": workers > 1,
         "allowed_hosts": None if hosts is None else sorted(hosts),
     }
-    _configure_trace_log()
+    _configure_logging()
     if api_keys is None:
         print(
             f"no API keys configured: bound to loopback only ({host}); request "
@@ -255,7 +255,8 @@ class AccessLogWithoutQuery(logging.Filter):
         return True
 
 
-def _configure_trace_log() -> None:
+def _configure_logging() -> None:
+    """The access log without query strings; the trace log as bare JSON lines."""
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, AccessLogWithoutQuery) for f in access.filters):
         access.addFilter(AccessLogWithoutQuery())
@@ -274,7 +275,7 @@ def worker_app() -> FastAPI:
         raise ConfigurationError(
             "worker_app is started by `retrieval-pipeline serve --workers N`"
         )
-    _configure_trace_log()
+    _configure_logging()
     return _worker_app(json.loads(raw))
 
 
@@ -295,11 +296,10 @@ def _worker_app(settings: Mapping[str, Any]) -> FastAPI:
     )
     keys_file = settings.get("api_keys_file")
     multiprocess = bool(settings.get("multiprocess"))
-    hosts = settings.get("allowed_hosts")
     app = create_app(
         build_pipeline(resources),
         api_keys=ApiKeys.load(keys_file) if keys_file else None,
-        allowed_hosts=None if hosts is None else frozenset(hosts),
+        allowed_hosts=settings.get("allowed_hosts"),
         health=lambda: {"schema_versions": store.schema_versions()},
         pool_stats=store.pool_stats,
         multiprocess_metrics=multiprocess,

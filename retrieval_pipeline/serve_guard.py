@@ -46,6 +46,13 @@ MAX_BATCH_ITEMS = 64
 minutes (2,000 items took 28 s and stalled every other caller)."""
 
 
+def served_route(path: str) -> str:
+    """The LangServe endpoint a path names under ``/retrieve/`` (``invoke``, ...)."""
+    if not path.startswith("/retrieve/"):
+        return ""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
 def validate_inputs(path: str, body: Any, *, keyed: bool) -> None:
     """Check a data route's inputs before any response starts.
 
@@ -56,8 +63,8 @@ def validate_inputs(path: str, body: Any, *, keyed: bool) -> None:
     """
     from retrieval_pipeline.graph.routing import validate_input
 
-    route = path.rstrip("/").rsplit("/", 1)[-1]
-    if not path.startswith("/retrieve/") or route not in DATA_ROUTES:
+    route = served_route(path)
+    if route not in DATA_ROUTES:
         return
     if not isinstance(body, dict):
         raise InvalidQueryError("the request body must be a JSON object")
@@ -184,8 +191,7 @@ class StreamErrors:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Guard one ASGI call (streams only; everything else passes through)."""
-        route = str(scope.get("path", "")).rstrip("/").rsplit("/", 1)[-1]
-        if scope["type"] != "http" or route not in STREAM_ROUTES:
+        if scope["type"] != "http" or served_route(scope["path"]) not in STREAM_ROUTES:
             await self.app(scope, receive, send)
             return
         held: list[Any] = []
