@@ -45,6 +45,8 @@ from retrieval_pipeline.tools.store.store import Store
 from retrieval_pipeline.tools.tokens import TokenCounter, default_token_counter
 
 logger = logging.getLogger(__name__)
+_IN_SUMMARY = {"in_summary": True}
+"""Marks a log record that the summary also reports (the CLI prints it once)."""
 
 DOCUMENT_BATCH = 128  # documents embedded together; bounds memory on big corpora
 SITE_LINKS = True
@@ -265,12 +267,13 @@ class Ingestor:
                 try:
                     loaded = load_file(file, defaults)
                 except IngestError as exc:
-                    logger.warning("skipping %s", exc)
+                    logger.warning("skipping %s", exc, extra=_IN_SUMMARY)
                     summary.failures.append((exc.path, exc.reason))
                     continue
                 sources.extend(loaded)
-                for warning in (w for s in loaded for w in s.warnings):
-                    logger.warning("%s: %s", file, warning)
+                # A JSONL file's documents share its sidecar, and its warnings.
+                for warning in dict.fromkeys(w for s in loaded for w in s.warnings):
+                    logger.warning("%s: %s", file, warning, extra=_IN_SUMMARY)
                     summary.warnings.append((str(file), warning))
         sources = prepare_site(sources, links=site_links)
         self._ingest_sources(sources, summary)
@@ -440,7 +443,10 @@ class Ingestor:
         vectors, failed = self._vectors(prepared, reused, kept, keys, fresh)
         for index, reason in failed.items():
             logger.warning(
-                "not written: %s: %s", prepared[index].source.source_uri, reason
+                "not written: %s: %s",
+                prepared[index].source.source_uri,
+                reason,
+                extra=_IN_SUMMARY,
             )
             summary.failures.append(
                 (prepared[index].source.source_uri, f"not written: {reason}")

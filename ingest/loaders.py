@@ -10,7 +10,9 @@ defaults < sidecar < front matter / HTML meta / record.
 Recognised metadata keys: ``id``, ``title``, ``path``, ``tenant``, ``principals`` (or
 its alias ``acl``), ``public``, ``created_at``, ``updated_at``, ``entities``,
 ``relations``, ``title_entity``; anything else is kept in ``metadata``. See README
-"Metadata and entity sidecars" for the entity format.
+"Metadata and entity sidecars" for the entity format. A sidecar is read strictly
+(:func:`_read_sidecar`): one per file, string ``id``/``title``/``path``/``tenant``,
+and a warning for a key that looks like a misspelt known one.
 
 Access control fails closed; every loader reads it through
 :func:`~retrieval_pipeline.ingest.access.resolve_access` (the rules are in
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import difflib
+import functools
 import json
 import os
 import re
@@ -111,6 +115,25 @@ _KNOWN_KEYS = {
     "title_entity",
     "text",
 }
+_SIDECAR_KEYS = (
+    "id",
+    "title",
+    "path",
+    TENANT_KEY,
+    PRINCIPALS_KEY,
+    ACL_ALIAS,
+    PUBLIC_KEY,
+    "created_at",
+    "created",
+    "updated_at",
+    "updated",
+    "entities",
+    "relations",
+    "title_entity",
+)
+"""The keys read from a sidecar; any other is kept in ``metadata`` (by design)."""
+_SIDECAR_STRINGS = ("id", "title", "path", TENANT_KEY)
+"""Sidecar keys whose value must be a string (null: unset), never a coerced number."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +194,10 @@ class LoadDefaults:
 _VCS_DIRECTORIES = frozenset({".git", ".hg", ".svn", ".bzr"})
 _DANGLING = "a symbolic link to nothing (its target is missing, or a link loop)"
 _SPECIAL = "not a regular file (a FIFO, socket or device)"
+_ORPHAN_SIDECAR = (
+    "a metadata sidecar of no file (a sidecar is named after the whole file name: "
+    "NAME.EXT.meta.yaml)"
+)
 
 
 def discover(
@@ -183,8 +210,9 @@ def discover(
     a device would block or never end): that is an :class:`IngestError`. Under a
     directory, what is left out is appended to ``skipped`` as ``(path, reason)``:
     files of an unsupported type, special files, dangling links, symbolic links to
-    directories (not followed) and directories that cannot be read. Sidecars and
-    hidden files are not documents and are not listed.
+    directories (not followed), directories that cannot be read and metadata
+    sidecars of no file. Other sidecars and hidden files are not documents and are
+    not listed.
     """
     seen: set[Path] = set()
 
@@ -201,7 +229,11 @@ def discover(
             raise IngestError(str(path), f"{_SPECIAL}; not read")
         for candidate in _walk(path, skip) if walked else [path]:
             name = candidate.name.lower()
-            if name.endswith(SIDECAR_SUFFIXES) or name.startswith("."):
+            if name.startswith("."):
+                continue
+            if name.endswith(SIDECAR_SUFFIXES):
+                if walked and not _sidecar_target_exists(candidate):
+                    skip(candidate, _ORPHAN_SIDECAR)
                 continue
             if candidate in seen:
                 continue
@@ -215,6 +247,16 @@ def discover(
                 continue
             seen.add(candidate)
             yield candidate
+
+
+def _sidecar_target_exists(sidecar: Path) -> bool:
+    """Whether the file a sidecar is named after exists (``NAME.EXT.meta.json``).
+
+    A misnamed sidecar beside a document fails that document instead.
+    """
+    lowered = sidecar.name.lower()
+    suffix = next(s for s in SIDECAR_SUFFIXES if lowered.endswith(s))
+    return sidecar.with_name(sidecar.name[: -len(suffix)]).exists()
 
 
 def _walk(root: Path, skip: Callable[[object, str], None]) -> list[Path]:
@@ -259,9 +301,9 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     if kind in BINARY_SUFFIXES.values():
         return [_load_binary(path, kind, defaults)]
     text = _read_text(path)
-    sidecar = _read_sidecar(path)
+    sidecar, warnings = _read_sidecar(path)
     if kind == "jsonl":
-        return list(_load_jsonl(path, text, sidecar, defaults))
+        return list(_load_jsonl(path, text, sidecar, defaults, warnings))
     front: dict[str, Any] = {}
     body_start = 0
     if kind == "markdown":
@@ -278,7 +320,16 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     title = str(meta.pop("title", "") or _first_heading(text[body_start:]) or path.stem)
     source_id = str(meta.pop("id", "") or rel)
     document = _document(
-        path, source_id, title, rel, text, body_start, kind, meta, defaults
+        path,
+        source_id,
+        title,
+        rel,
+        text,
+        body_start,
+        kind,
+        meta,
+        defaults,
+        warnings=warnings,
     )
     return [replace(document, links=links) if links else document]
 
@@ -286,7 +337,7 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
 def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocument:
     """A PDF or DOCX: parsed by its library, never decoded as text."""
     _check_size(path, MAX_BINARY_BYTES)
-    meta = _read_sidecar(path)
+    meta, warnings = _read_sidecar(path)
     given_title = str(meta.pop("title", "") or "")
     library = "pypdfium2" if kind == "pdf" else "python-docx"
     try:
@@ -309,7 +360,7 @@ def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocumen
     content, title = extracted.content, extracted.title
     document = _document(path, source_id, title, rel, content, 0, kind, meta, defaults)
     return dataclasses.replace(
-        document, pages=extracted.pages, warnings=extracted.warnings
+        document, pages=extracted.pages, warnings=warnings + extracted.warnings
     )
 
 
@@ -345,31 +396,162 @@ def _read_text(path: Path) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _read_sidecar(path: Path) -> dict[str, Any]:
-    for suffix in SIDECAR_SUFFIXES:
-        sidecar = path.with_name(path.name + suffix)
-        if not sidecar.exists():
-            continue
-        try:
-            raw = sidecar.read_text(encoding="utf-8")
-            data = json.loads(raw) if suffix == ".meta.json" else yaml.safe_load(raw)
-        except (
-            OSError,
-            UnicodeDecodeError,
-            json.JSONDecodeError,
-            yaml.YAMLError,
-        ) as exc:
-            raise IngestError(
-                str(path), f"bad metadata sidecar {sidecar.name}: {exc}"
-            ) from exc
-        if not isinstance(data, dict):
+def _read_sidecar(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The metadata of ``path``'s sidecar ({} without one) and warnings about it.
+
+    Raises:
+        IngestError: for two sidecars, an unreadable one, a known key of the wrong
+            type, or a key that misspells an access-control key.
+    """
+    found = [
+        sidecar
+        for sidecar in (path.with_name(path.name + s) for s in SIDECAR_SUFFIXES)
+        if sidecar.exists()
+    ]
+    if not found:
+        _refuse_misnamed_sidecar(path)
+        return {}, ()
+    if len(found) > 1:
+        raise IngestError(
+            str(path),
+            f"more than one metadata sidecar ({', '.join(s.name for s in found)}); "
+            "keep one: merge them into it and delete the others",
+        )
+    sidecar = found[0]
+    try:
+        raw = sidecar.read_text(encoding="utf-8")
+        data = (
+            json.loads(raw) if sidecar.name.endswith(".json") else yaml.safe_load(raw)
+        )
+    except (
+        OSError,
+        UnicodeDecodeError,
+        json.JSONDecodeError,
+        yaml.YAMLError,
+    ) as exc:
+        raise IngestError(
+            str(path), f"bad metadata sidecar {sidecar.name}: {exc}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise IngestError(
+            str(path),
+            f"metadata sidecar {sidecar.name} must hold an "
+            "object of keys, not " + type(data).__name__,
+        )
+    for key in _SIDECAR_STRINGS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            fix = (
+                "write one string"
+                if isinstance(value, list | dict)
+                else "quote it, so that it is read as written"
+            )
             raise IngestError(
                 str(path),
-                f"metadata sidecar {sidecar.name} must hold an "
-                "object of keys, not " + type(data).__name__,
+                f"metadata sidecar {sidecar.name}: '{key}' must be a string, got "
+                f"{type(value).__name__} {value!r}; {fix}",
             )
-        return data
-    return {}
+    return data, _sidecar_key_warnings(path, sidecar.name, data)
+
+
+@functools.lru_cache(maxsize=256)
+def _lowercase_names(directory: str, _mtime_ns: int) -> dict[str, str]:
+    """A directory's entry names by their lower-case form (cached per mtime)."""
+    try:
+        return {name.lower(): name for name in os.listdir(directory)}
+    except OSError:
+        return {}
+
+
+def _refuse_misnamed_sidecar(path: Path) -> None:
+    """Fail ``path`` when a sidecar meant for it is named so that it is not read.
+
+    A sidecar is ``NAME.EXT.meta.yaml`` (the whole file name). ``NAME.meta.yaml``
+    or ``NAME.EXT.META.json`` beside it would otherwise be skipped in silence, and
+    the ``principals`` it holds with it: the document would be stored public.
+    """
+    misnamed = [
+        path.with_name(path.stem + suffix)
+        for suffix in SIDECAR_SUFFIXES
+        if path.suffix and path.with_name(path.stem + suffix).is_file()
+    ]
+    if not misnamed:  # other letter cases: one listing per directory state
+        try:
+            mtime = path.parent.stat().st_mtime_ns
+        except OSError:
+            return
+        names = _lowercase_names(str(path.parent), mtime)
+        stems = [path.name.lower()] + ([path.stem.lower()] if path.suffix else [])
+        misnamed = [
+            path.with_name(names[stem + suffix])
+            for stem in stems
+            for suffix in SIDECAR_SUFFIXES
+            if stem + suffix in names
+        ]
+    if misnamed:
+        suffix = next(
+            s for s in SIDECAR_SUFFIXES if misnamed[0].name.lower().endswith(s)
+        )
+        raise IngestError(
+            str(path),
+            f"metadata sidecar {misnamed[0].name} is not read: a sidecar is named "
+            f"after the whole file name, in lower case; rename it to "
+            f"{path.name}{suffix} (its access control would be ignored)",
+        )
+
+
+def _sidecar_key_warnings(
+    path: Path, name: str, data: dict[str, Any]
+) -> tuple[str, ...]:
+    """Warnings for sidecar keys that look like a mistake; the rest is metadata.
+
+    Any key may carry extra metadata, so only near-misses of the keys a sidecar is
+    read from are named. One that misspells an access-control key fails the file
+    instead: ignoring ``principles: [hr]`` would store a public document.
+    """
+    warnings = []
+    for raw_key in data:
+        key = str(raw_key)
+        if key in _SIDECAR_KEYS or looks_like_access_control(key):
+            continue  # read, or refused by resolve_access
+        if key in _KNOWN_KEYS:  # a JSONL record's own keys (_id, text)
+            intended = "id" if key == "_id" else None
+            problem = f"'{key}' is not read from a sidecar and is dropped"
+        else:
+            intended = _near_miss(key)
+            if intended is None:
+                continue
+            problem = f"unknown key '{key}' is kept as extra metadata"
+        if intended in ACCESS_KEYS:
+            raise IngestError(
+                str(path),
+                f"metadata sidecar {name}: unknown key '{key}'; did you mean "
+                f"'{intended}'? Access control is never guessed: rename the key "
+                f"to '{intended}', or to a name unlike it if it is not access control",
+            )
+        hint = f"; did you mean '{intended}'?" if intended else ""
+        warnings.append(f"metadata sidecar {name}: {problem}{hint}")
+    return tuple(warnings)
+
+
+def _near_miss(key: str) -> str | None:
+    """The sidecar key that ``key`` probably misspells, or None.
+
+    Compared word by word, so that ``created_by`` (a key of its own) is not taken
+    for ``created_at`` while ``titel``, ``updatedAt`` and ``principles`` are.
+    """
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
+    words = [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+    for known in difflib.get_close_matches(
+        "_".join(words), _SIDECAR_KEYS, n=3, cutoff=0.8
+    ):
+        known_words = known.split("_")
+        if len(known_words) == len(words) and all(
+            difflib.SequenceMatcher(None, word, known_word).ratio() >= 0.5
+            for word, known_word in zip(words, known_words, strict=True)
+        ):
+            return known
+    return None
 
 
 def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], int]:
@@ -408,7 +590,11 @@ def _first_heading(text: str) -> str:
 
 
 def _load_jsonl(
-    path: Path, text: str, sidecar: dict[str, Any], defaults: LoadDefaults
+    path: Path,
+    text: str,
+    sidecar: dict[str, Any],
+    defaults: LoadDefaults,
+    warnings: tuple[str, ...] = (),
 ) -> Iterator[SourceDocument]:
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -454,6 +640,7 @@ def _load_jsonl(
             meta,
             defaults,
             where=where,
+            warnings=warnings,
         )
 
 
@@ -469,6 +656,7 @@ def _document(
     defaults: LoadDefaults,
     *,
     where: str | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> SourceDocument:
     where = where or str(path)
     access = resolve_access(
@@ -510,6 +698,7 @@ def _document(
         entities=entities,
         relations=relations,
         title_entity=bool(title_entity),
+        warnings=warnings,
     )
 
 

@@ -7,11 +7,12 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,36 @@ def _csv(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def _acl_csv(value: str) -> list[str]:
-    principals = _csv(value)
-    if not principals:
-        # An empty value (say, an unset shell variable) would make documents public.
-        raise argparse.ArgumentTypeError(
-            f"{value!r} names no principal; omit --principals for public documents"
-        )
+def _principals_option(
+    if_omitted: str,
+) -> Callable[[str], list[str]]:
+    """``--principals`` as a list; a value naming no principal is a usage error."""
+
+    def principals(value: str) -> list[str]:
+        names = _csv(value)
+        if not names:
+            # The usual cause is an unset shell variable: at ingest it would make
+            # documents public, in a query it would hide that only public ones match.
+            raise argparse.ArgumentTypeError(
+                f"{value!r} names no principal; omit --principals {if_omitted}"
+            )
+        return names
+
     return principals
+
+
+def _tenant(value: str) -> str:
+    """``--tenant`` as given; a blank or padded name is a usage error, not a tenant."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} names no tenant; omit --tenant for no tenant"
+        )
+    if value != value.strip():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} has leading or trailing whitespace; pass "
+            f"--tenant {value.strip()!r}"
+        )
+    return value
 
 
 def _add_access(
@@ -51,18 +74,21 @@ def _add_access(
             "tenant of the documents; one naming another tenant fails "
             "(default: each document's own, else none)"
         )
+        if_omitted = "for public documents"
     else:
         principals_help = (
-            f"comma-separated ACL principals the {verb} carry (none = public only)"
+            f"comma-separated ACL principals the {verb} (omit for public documents "
+            "only; an empty value is an error)"
         )
         tenant_help = "tenant scope (default: none)"
+        if_omitted = "to search public documents only"
     parser.add_argument(
         "--principals",
-        type=_acl_csv if grants else _csv,
+        type=_principals_option(if_omitted),
         default=[],
         help=principals_help,
     )
-    parser.add_argument("--tenant", default=None, help=tenant_help)
+    parser.add_argument("--tenant", type=_tenant, default=None, help=tenant_help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,7 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     delete = sub.add_parser("delete", help="delete documents by their source id")
     delete.add_argument("doc_ids", nargs="+")
-    delete.add_argument("--tenant", default=None)
+    delete.add_argument(
+        "--tenant", type=_tenant, default=None, help="tenant of the documents"
+    )
 
     db = sub.add_parser("db", help="manage the embedded PostgreSQL server")
     db.add_argument(
@@ -235,6 +263,25 @@ def _print_json(value: Any) -> None:
     sys.stdout.write("\n")
 
 
+def _not_in_summary(record: logging.LogRecord) -> bool:
+    return not getattr(record, "in_summary", False)
+
+
+@contextlib.contextmanager
+def _summary_only(logger_name: str) -> Iterator[None]:
+    """Mute the job's log lines for files that the ingest summary prints itself.
+
+    The job logs each failed or warned file for library callers; the CLI prints the
+    summary's ``failed:`` / ``warning:`` line instead, so each is said once.
+    """
+    job_logger = logging.getLogger(logger_name)
+    job_logger.addFilter(_not_in_summary)
+    try:
+        yield
+    finally:
+        job_logger.removeFilter(_not_in_summary)
+
+
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from retrieval_pipeline.ingest.job import Ingestor
     from retrieval_pipeline.tools.embeddings import resolve_embedder
@@ -246,7 +293,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             "with --collection NAME or --table NAME (not both)"
         )
     embedder = resolve_embedder(args.embeddings)
-    with open_store() as store:
+    with _summary_only(Ingestor.__module__), open_store() as store:
         ingestor = Ingestor(
             store, embedder, progress=not (args.no_progress or args.json)
         )
@@ -380,11 +427,22 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     from retrieval_pipeline.tools.store import open_store
     from retrieval_pipeline.tools.store.records import document_key
 
+    missing = []
     with open_store() as store:
         for doc_id in args.doc_ids:
-            deleted = store.delete_document(document_key(args.tenant or "", doc_id))
-            print(f"{'deleted' if deleted else 'not found'}: {doc_id}")
-    return 0
+            if store.delete_document(document_key(args.tenant or "", doc_id)):
+                print(f"deleted: {doc_id}")
+            else:
+                missing.append(doc_id)
+    where = f"tenant {args.tenant!r}" if args.tenant else "no tenant"
+    for doc_id in missing:
+        print(
+            f"not found: {doc_id} (no document with this id in {where}; check the "
+            "id and --tenant)",
+            file=sys.stderr,
+        )
+    # A script must see that an id it meant to delete was not there.
+    return 1 if missing else 0
 
 
 def _mib(size: int) -> str:

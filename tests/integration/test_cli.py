@@ -171,10 +171,70 @@ class TestCli:
     def test_delete_removes_a_document(
         self, ingested: Store, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        assert main(["delete", "teams/platform-team", "missing-id"]) == 0
-        out = capsys.readouterr().out
-        assert "deleted: teams/platform-team" in out and "not found: missing-id" in out
+        assert main(["delete", "teams/platform-team"]) == 0
+        assert "deleted: teams/platform-team" in capsys.readouterr().out
         assert ingested.counts()["documents"] == 17
+
+    def test_delete_of_a_missing_id_exits_1_says_so_and_deletes_the_others(
+        self, ingested: Store, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        assert main(["delete", "teams/platform-team", "missing-id"]) == 1
+        captured = capsys.readouterr()
+        assert "deleted: teams/platform-team" in captured.out
+        assert "not found: missing-id" in captured.err
+        assert "--tenant" in captured.err and "missing-id" not in captured.out
+        assert ingested.counts()["documents"] == 17
+
+    @pytest.mark.parametrize(
+        "tenant", ["", " ", " acme", "acme\t"], ids=["empty", "blank", "lead", "trail"]
+    )
+    @pytest.mark.parametrize(
+        "command",
+        [["ingest", "--no-progress"], ["query", "ledger"], ["delete", "x"]],
+        ids=["ingest", "query", "delete"],
+    )
+    def test_a_blank_or_padded_tenant_is_a_usage_error(
+        self,
+        store: Store,
+        sample_corpus: Path,
+        capsys: pytest.CaptureFixture[str],
+        command: list[str],
+        tenant: str,
+    ) -> None:
+        paths = [str(sample_corpus)] if command[0] == "ingest" else []
+        with pytest.raises(SystemExit) as info:
+            main([*command, *paths, "--tenant", tenant])
+        assert info.value.code == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "argument --tenant" in err and repr(tenant) in err
+        assert "omit --tenant" in err or "--tenant 'acme'" in err
+        assert store.counts()["documents"] == 0
+
+    @pytest.mark.parametrize("value", ["", " , "])
+    def test_an_empty_query_principals_is_a_usage_error_not_public_only(
+        self, ingested: Store, capsys: pytest.CaptureFixture[str], value: str
+    ) -> None:
+        with pytest.raises(SystemExit) as info:
+            main(["query", "refunds posted twice", "--principals", value])
+        assert info.value.code == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "names no principal" in err
+        assert "omit --principals to search public documents only" in err
+
+    def test_a_failed_file_is_printed_once_and_the_library_still_logs_it(
+        self,
+        ingestor: Any,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        (tmp_path / "bad.md").write_bytes(b"\x00\x01")
+        assert main(["ingest", str(tmp_path), "--no-progress"]) == 1
+        assert capsys.readouterr().err.count("bad.md") == 1  # the failed: line
+        assert not [r for r in caplog.records if "bad.md" in r.getMessage()]
+        ingestor.ingest_paths([tmp_path])  # a library caller keeps the log line
+        (record,) = [r for r in caplog.records if "bad.md" in r.getMessage()]
+        assert record.levelname == "WARNING"
 
     def test_db_status_reports_the_running_server(
         self, store: Store, capsys: pytest.CaptureFixture[str]

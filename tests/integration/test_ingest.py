@@ -242,6 +242,18 @@ class TestFailuresAndPruning:
             summary.documents == 1 and "duplicate document id" in summary.failures[0][1]
         )
 
+    def test_a_sidecar_warning_is_reported_once_per_file_and_it_is_ingested(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        write_jsonl(
+            tmp_path / "c.jsonl", [{"_id": "1", "text": "a"}, {"_id": "2", "text": "b"}]
+        )
+        (tmp_path / "c.jsonl.meta.yaml").write_text("titel: Corpus\n")
+        summary = ingestor.ingest_paths([tmp_path])
+        assert summary.documents == 2 and summary.failed == 0
+        ((path, warning),) = summary.warnings  # the sidecar is shared, not repeated
+        assert path.endswith("c.jsonl") and "did you mean 'title'?" in warning
+
     def test_prune_removes_documents_whose_source_is_gone(
         self, ingestor: Ingestor, store: Store, sample_corpus: Path, tmp_path: Path
     ) -> None:

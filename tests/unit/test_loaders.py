@@ -193,7 +193,8 @@ class TestDiscovery:
         write(tmp_path / "README", "read me")
         write(tmp_path / "d" / "image.png", b"\x89PNG")
         write(tmp_path / "elsewhere" / "e.md", "e")
-        write(tmp_path / "a.md.meta.json", "{}")  # a sidecar: not a document
+        write(tmp_path / "ok.md.meta.json", "{}")  # a sidecar: not a document
+        write(tmp_path / "a.md.meta.json", "{}")  # a sidecar of no file: listed
         write(tmp_path / ".hidden.md", "z")  # hidden: not a document
         (tmp_path / "d" / "linked").symlink_to(tmp_path / "elsewhere")
         (tmp_path / "gone.md").symlink_to(tmp_path / "missing.md")
@@ -211,7 +212,9 @@ class TestDiscovery:
             "gone.md",
             "pipe.md",
             ".git",
+            "a.md.meta.json",
         }
+        assert "sidecar of no file" in reasons["a.md.meta.json"]
         assert "version-control metadata" in reasons[".git"]
         assert "no file extension" in reasons["README"]
         assert "unsupported file type '.png'" in reasons["d/image.png"]
@@ -402,6 +405,107 @@ class TestTenantBoundary:
     def test_a_malformed_tenant_is_an_error(self, tmp_path: Path, meta: str) -> None:
         with pytest.raises(IngestError, match="'tenant'"):
             load_file(front(tmp_path, meta), LoadDefaults())
+
+
+class TestSidecarKeys:
+    """A sidecar key of the wrong type fails its file; a misspelt one is named."""
+
+    @pytest.mark.parametrize(
+        ("sidecar", "text", "wrong"),
+        [
+            ("meta.yaml", "title: [Payments, API]\n", "list"),
+            ("meta.json", json.dumps({"title": {"en": "Payments"}}), "dict"),
+            ("meta.yaml", "id: 0042\n", "int"),  # YAML 1.1 reads it as octal 34
+            ("meta.yaml", "path: yes\n", "bool"),
+        ],
+    )
+    def test_a_known_key_of_the_wrong_type_fails_naming_sidecar_key_and_type(
+        self, tmp_path: Path, sidecar: str, text: str, wrong: str
+    ) -> None:
+        path = write(tmp_path / "doc.md", "# Doc\n\ntext\n")
+        write(tmp_path / f"doc.md.{sidecar}", text)
+        with pytest.raises(IngestError, match="must be a string") as info:
+            load_file(path, DEFAULTS)
+        assert info.value.path == str(path)
+        assert f"doc.md.{sidecar}" in info.value.reason and wrong in info.value.reason
+
+    def test_an_integer_tenant_is_refused_not_turned_into_text(
+        self, tmp_path: Path
+    ) -> None:
+        path = write(tmp_path / "doc.md", "text\n")
+        write(tmp_path / "doc.md.meta.yaml", "tenant: 7\n")
+        with pytest.raises(IngestError, match="'tenant' must be a string") as info:
+            load_file(path, LoadDefaults())
+        assert "int 7" in info.value.reason and "quote it" in info.value.reason
+        write(tmp_path / "doc.md.meta.yaml", 'tenant: "7"\n')
+        (doc,) = load_file(path, LoadDefaults())
+        assert doc.tenant == "7"
+
+    @pytest.mark.parametrize(
+        "misnamed",
+        ["doc.meta.yaml", "doc.meta.json", "doc.md.META.json", "DOC.md.meta.yml"],
+    )
+    def test_a_misnamed_sidecar_fails_its_file_instead_of_publishing_it(
+        self, tmp_path: Path, misnamed: str
+    ) -> None:
+        # Skipped in silence, its principals would be lost: the file stored public.
+        path = write(tmp_path / "doc.md", "# Doc\n\nsalaries\n")
+        write(tmp_path / misnamed, "principals: [hr]\n")
+        with pytest.raises(IngestError, match="is not read") as info:
+            load_file(path, DEFAULTS)
+        assert misnamed in info.value.reason
+        assert "rename it to doc.md.meta." in info.value.reason
+        skipped: list[tuple[str, str]] = []
+        assert list(discover([tmp_path], skipped)) == [path]  # it fails at load
+        (tmp_path / misnamed).rename(tmp_path / "doc.md.meta.yaml")
+        (doc,) = load_file(path, DEFAULTS)
+        assert doc.principals == ("hr",)
+
+    def test_two_sidecars_for_one_file_fail_it_naming_both(
+        self, tmp_path: Path
+    ) -> None:
+        path = write(tmp_path / "doc.md", "text\n")
+        write(tmp_path / "doc.md.meta.json", json.dumps({"title": "From JSON"}))
+        write(tmp_path / "doc.md.meta.yaml", "principals: [hr]\n")
+        with pytest.raises(IngestError, match="more than one metadata sidecar") as info:
+            load_file(path, DEFAULTS)
+        assert "doc.md.meta.json" in info.value.reason
+        assert "doc.md.meta.yaml" in info.value.reason
+
+    @pytest.mark.parametrize(
+        ("key", "closest"),
+        [("titel", "title"), ("updatedAt", "updated_at"), ("_id", "id")],
+    )
+    def test_a_misspelt_key_is_a_warning_naming_the_closest_and_the_file_loads(
+        self, tmp_path: Path, key: str, closest: str
+    ) -> None:
+        path = write(tmp_path / "doc.md", "# Heading\n\ntext\n")
+        write(tmp_path / "doc.md.meta.yaml", f"{key}: Payments\n")
+        (doc,) = load_file(path, DEFAULTS)
+        assert doc.title == "Heading"
+        (warning,) = doc.warnings
+        assert "doc.md.meta.yaml" in warning and f"'{key}'" in warning
+        assert f"did you mean '{closest}'?" in warning
+
+    def test_extra_metadata_keys_are_kept_without_warnings(
+        self, tmp_path: Path
+    ) -> None:
+        path = write(tmp_path / "doc.md", "text\n")
+        extra = {"author": "Ana", "created_by": "ana", "updated_by": "bo", "team": "x"}
+        write(tmp_path / "doc.md.meta.json", json.dumps(extra))
+        (doc,) = load_file(path, DEFAULTS)
+        assert doc.metadata == extra and doc.warnings == ()
+
+    @pytest.mark.parametrize(
+        ("key", "closest"), [("principles", "principals"), ("tenat", "tenant")]
+    )
+    def test_a_misspelt_access_key_fails_the_file_instead_of_publishing_it(
+        self, tmp_path: Path, key: str, closest: str
+    ) -> None:
+        path = write(tmp_path / "doc.md", "text\n")
+        write(tmp_path / "doc.md.meta.yaml", f"{key}: [hr]\n")
+        with pytest.raises(IngestError, match=f"did you mean '{closest}'"):
+            load_file(path, LoadDefaults())
 
 
 class TestAccessControlInOtherFormats:
