@@ -482,6 +482,8 @@ def main() -> int:
         help="part c: quality only (keep the stored throughput, latency, RSS)",
     )
     args = parser.parse_args()
+    from report import cpu_model
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["RETRIEVAL_PIPELINE_HOME"] = str(CACHE_HOME)
     from retrieval_pipeline.tools.store import EmbeddedPostgres
@@ -501,6 +503,7 @@ def main() -> int:
                     "date": time.strftime("%Y-%m-%d"),
                     "machine": {
                         "cpus": os.cpu_count(),
+                        "cpu": cpu_model(),
                         "load_avg_1m": round(os.getloadavg()[0], 1),
                     },
                     "goals": GOALS,

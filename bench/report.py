@@ -9,6 +9,44 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 
 
+def cpu_model() -> str:
+    """The CPU's model name and widest vector unit, from /proc/cpuinfo ('' if unknown).
+
+    Speeds move with the kind of core (an AVX-512 Xeon ran the ONNX embedder twice
+    as fast as an AVX2 EPYC), so every speed section names it.
+    """
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if "model name" in ln),
+        "",
+    )
+    flags = next(
+        (
+            ln.split(":", 1)[1].split()
+            for ln in info.splitlines()
+            if ln.startswith("flags")
+        ),
+        [],
+    )
+    unit = next(
+        (
+            u
+            for f, u in (
+                ("amx_int8", "AMX"),
+                ("avx512_vnni", "AVX-512 VNNI"),
+                ("avx512f", "AVX-512"),
+                ("avx2", "AVX2"),
+            )
+            if f in flags
+        ),
+        "",
+    )
+    return ", ".join(x for x in (model, unit) if x)
+
+
 def _ingest_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     m = result["median"]
     goals = result["goals"]
@@ -919,7 +957,9 @@ def _embedders_section(result: dict) -> list[str]:  # type: ignore[type-arg]
     lines = [
         "## Embedders (`bench/embedders.py`)",
         "",
-        f"{result['machine']['cpus']} cores, measured {result['date']}; medians; "
+        f"{result['machine']['cpus']} cores"
+        + (f" ({result['machine']['cpu']})" if result["machine"].get("cpu") else "")
+        + f", measured {result['date']}; medians; "
         "each comparison ran in one process, interleaved.",
         "",
     ]

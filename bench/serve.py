@@ -224,6 +224,8 @@ def main() -> int:
         help="what to run (the others keep their previous results)",
     )
     args = parser.parse_args()
+    sys.path.insert(0, str(REPO / "bench"))
+    from report import cpu_model
 
     home = Path(tempfile.mkdtemp(prefix="rp-bench-serve-"))
     os.environ["RETRIEVAL_PIPELINE_HOME"] = str(home)
@@ -245,7 +247,7 @@ def main() -> int:
         **previous,
         "benchmark": "serve",
         "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{os.cpu_count()} cores",
+        "machine": f"{os.cpu_count()} cores ({cpu_model()})",
         "embedder": f"{embedder.model} ({type(embedder.embeddings).__name__})",
         "load_avg_before": os.getloadavg()[0],
     }
