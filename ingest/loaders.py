@@ -97,24 +97,6 @@ MAX_BINARY_BYTES = 200 * 1024 * 1024  # a PDF's images count too; its text is fa
 _FRONT_MATTER = re.compile(
     r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL
 )
-_KNOWN_KEYS = {
-    "id",
-    "_id",
-    "title",
-    "path",
-    "tenant",
-    "principals",
-    "acl",
-    "public",
-    "created_at",
-    "created",
-    "updated_at",
-    "updated",
-    "entities",
-    "relations",
-    "title_entity",
-    "text",
-}
 _SIDECAR_KEYS = (
     "id",
     "title",
@@ -132,6 +114,9 @@ _SIDECAR_KEYS = (
     "title_entity",
 )
 """The keys read from a sidecar; any other is kept in ``metadata`` (by design)."""
+_KNOWN_KEYS = {*_SIDECAR_KEYS, "_id", "text"}
+"""The keys the loaders read (a JSONL record's ``_id`` and ``text`` too); any other
+is kept in ``metadata``."""
 _SIDECAR_STRINGS = ("id", "title", "path", TENANT_KEY)
 """Sidecar keys whose value must be a string (null: unset), never a coerced number."""
 
@@ -254,9 +239,13 @@ def _sidecar_target_exists(sidecar: Path) -> bool:
 
     A misnamed sidecar beside a document fails that document instead.
     """
-    lowered = sidecar.name.lower()
-    suffix = next(s for s in SIDECAR_SUFFIXES if lowered.endswith(s))
+    suffix = _sidecar_suffix(sidecar.name)
     return sidecar.with_name(sidecar.name[: -len(suffix)]).exists()
+
+
+def _sidecar_suffix(name: str) -> str:
+    """Which of :data:`SIDECAR_SUFFIXES` ``name`` ends with, in any letter case."""
+    return next(s for s in SIDECAR_SUFFIXES if name.lower().endswith(s))
 
 
 def _walk(root: Path, skip: Callable[[object, str], None]) -> list[Path]:
@@ -489,9 +478,7 @@ def _refuse_misnamed_sidecar(path: Path) -> None:
             if stem + suffix in names
         ]
     if misnamed:
-        suffix = next(
-            s for s in SIDECAR_SUFFIXES if misnamed[0].name.lower().endswith(s)
-        )
+        suffix = _sidecar_suffix(misnamed[0].name)
         raise IngestError(
             str(path),
             f"metadata sidecar {misnamed[0].name} is not read: a sidecar is named "
