@@ -275,6 +275,7 @@ class Ingestor:
                 for warning in dict.fromkeys(w for s in loaded for w in s.warnings):
                     logger.warning("%s: %s", file, warning, extra=_IN_SUMMARY)
                     summary.warnings.append((str(file), warning))
+        sources = self._one_copy_per_file(sources, summary)
         sources = prepare_site(sources, links=site_links)
         self._ingest_sources(sources, summary)
         if prune:
@@ -355,6 +356,80 @@ class Ingestor:
             scope = None if graph_changed else list(written_ids)
             summary.mentions_linked += link_entities(self.store, tenant, scope)
         summary.write_seconds += time.perf_counter() - link_started
+
+    def _one_copy_per_file(
+        self, sources: list[SourceDocument], summary: IngestSummary
+    ) -> list[SourceDocument]:
+        """Drop second copies of a file (loaded from disk), so a file is one document.
+
+        A file's id defaults to its path under the root it was found from, so the
+        same file reached from two roots (``ingest docs docs/sub``, or ``docs`` one
+        day and ``docs/sub`` the next), or whose front matter ``id`` changed, would
+        otherwise be stored twice and retrieved twice. Within one run the first copy
+        is ingested and the repeat is a warning. A file already stored under another
+        id fails with what to do: writing it would add a second copy, and skipping
+        it would leave the stored copy stale without a word.
+        """
+        first: dict[tuple[str, str], SourceDocument] = {}
+        kept: list[SourceDocument] = []
+        for source in sources:
+            key = (source.tenant, source.source_uri)
+            earlier = first.get(key)
+            if earlier is None or earlier.source_id == source.source_id:
+                # (a repeated id within one JSONL file is reported as a duplicate id)
+                first.setdefault(key, source)
+                kept.append(source)
+            else:
+                summary.warnings.append(
+                    (
+                        source.source_uri,
+                        f"reached twice (as '{earlier.source_id}' and "
+                        f"'{source.source_id}'): ingested once, as "
+                        f"'{earlier.source_id}'",
+                    )
+                )
+                logger.warning(
+                    "%s: %s",
+                    source.source_uri,
+                    summary.warnings[-1][1],
+                    extra=_IN_SUMMARY,
+                )
+        stored = self.store.stored_source_ids(list(first))
+        out = []
+        for source in kept:
+            ids = stored.get((source.tenant, source.source_uri), [])
+            others = [i for i in ids if i != source.source_id]
+            if not others:
+                out.append(source)
+                continue
+            tenant = f" --tenant {source.tenant}" if source.tenant else ""
+            listed = ", ".join(f"'{i}'" for i in others)
+            if source.source_id in ids:  # copies written before this check existed
+                out.append(source)
+                summary.warnings.append(
+                    (
+                        source.source_uri,
+                        f"also stored as {listed}: remove the extra copy with "
+                        f"retrieval-pipeline delete{tenant} {' '.join(others)}",
+                    )
+                )
+                continue
+            summary.failures.append(
+                (
+                    source.source_uri,
+                    f"this file is already stored as document {listed} (ingested "
+                    f"from another root, or under another id); ingest it from the "
+                    f"same root to update that copy, or remove it first with "
+                    f"retrieval-pipeline delete{tenant} {' '.join(others)}",
+                )
+            )
+            logger.warning(
+                "skipping %s: %s",
+                source.source_uri,
+                summary.failures[-1][1],
+                extra=_IN_SUMMARY,
+            )
+        return out
 
     def _write(
         self, records: list[DocumentRecord], summary: IngestSummary

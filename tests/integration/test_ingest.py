@@ -254,6 +254,53 @@ class TestFailuresAndPruning:
         ((path, warning),) = summary.warnings  # the sidecar is shared, not repeated
         assert path.endswith("c.jsonl") and "did you mean 'title'?" in warning
 
+    def test_a_file_reached_from_two_roots_in_one_run_is_one_document(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "a.md").write_text("# A\n\nAlpha text.\n")
+        summary = ingestor.ingest_paths([tmp_path, tmp_path / "sub"])
+        assert summary.documents == 1 and summary.failed == 0
+        ((path, warning),) = summary.warnings
+        assert path.endswith("/sub/a.md")
+        assert "ingested once, as 'sub/a.md'" in warning
+        assert store.counts()["documents"] == 1
+
+    def test_a_file_stored_under_another_id_fails_and_keeps_the_stored_copy(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        (tmp_path / "sub").mkdir()
+        page = tmp_path / "sub" / "a.md"
+        page.write_text("# A\n\nAlpha text.\n")
+        assert ingestor.ingest_paths([tmp_path], tenant="acme").documents == 1
+        page.write_text("# A\n\nAlpha text, changed.\n")
+        summary = ingestor.ingest_paths([tmp_path / "sub"], tenant="acme")
+        assert summary.documents == 0
+        ((path, reason),) = summary.failures
+        assert path.endswith("/sub/a.md")
+        assert "already stored as document 'sub/a.md'" in reason
+        assert "retrieval-pipeline delete --tenant acme sub/a.md" in reason
+        assert store.counts()["documents"] == 1
+        # From the same root it updates that copy.
+        again = ingestor.ingest_paths([tmp_path], tenant="acme")
+        assert again.documents == 1 and again.failed == 0
+        assert store.counts()["documents"] == 1
+        # Another tenant's copy of the same file is its own document.
+        other = ingestor.ingest_paths([tmp_path / "sub"], tenant="beta")
+        assert other.documents == 1 and other.failed == 0
+
+    def test_a_changed_front_matter_id_fails_until_the_old_copy_is_deleted(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        page = tmp_path / "a.md"
+        page.write_text("---\nid: old\n---\nAlpha text.\n")
+        ingestor.ingest_paths([tmp_path])
+        page.write_text("---\nid: new\n---\nAlpha text.\n")
+        summary = ingestor.ingest_paths([tmp_path])
+        assert "already stored as document 'old'" in summary.failures[0][1]
+        assert store.delete_document(document_key("", "old"))
+        assert ingestor.ingest_paths([tmp_path]).documents == 1
+
     def test_prune_removes_documents_whose_source_is_gone(
         self, ingestor: Ingestor, store: Store, sample_corpus: Path, tmp_path: Path
     ) -> None:

@@ -265,6 +265,15 @@ DOCUMENT_REVISIONS = """
 SELECT id, revision, embedding_model FROM documents WHERE id = ANY(%s::text[])
 """
 
+# The stored documents of some files, by (tenant, source_uri): index
+# documents_tenant_source_uri (migration 008).
+DOCUMENTS_OF_SOURCES = """
+SELECT d.tenant, d.source_uri, d.source_id
+FROM documents d
+JOIN unnest(%s::text[], %s::text[]) AS wanted (tenant, source_uri)
+  ON d.tenant = wanted.tenant AND d.source_uri = wanted.source_uri
+"""
+
 # Every ingestion statement writes one tenant's documents (%(tenant)s), so on a
 # cluster distributed by tenant it runs on that tenant's shard alone, and every join
 # matches the tenant as well as the id (co-located; docs/scaling.md).

@@ -55,6 +55,20 @@ class StoreWrites(StoreConnection):
             rows = conn.execute(q.DOCUMENT_REVISIONS, (list(document_ids),)).fetchall()
         return {row[0]: (row[1], row[2]) for row in rows}
 
+    def stored_source_ids(
+        self, sources: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[str]]:
+        """The stored source ids of each (tenant, source_uri) that has any."""
+        if not sources:
+            return {}
+        tenants, uris = [list(column) for column in zip(*sources, strict=True)]
+        with self.connection() as conn:
+            rows = conn.execute(q.DOCUMENTS_OF_SOURCES, (tenants, uris)).fetchall()
+        found: dict[tuple[str, str], list[str]] = {}
+        for tenant, uri, source_id in rows:
+            found.setdefault((tenant, uri), []).append(source_id)
+        return {key: sorted(ids) for key, ids in found.items()}
+
     def write_document(self, doc: DocumentRecord) -> None:
         """Replace a document and everything derived from it in one transaction.
 
