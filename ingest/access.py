@@ -19,7 +19,7 @@ function, :func:`resolve_access`, with these rules:
   ``allowed_*``, ``deny*``, ``readers``, ``viewers``, ``permissions``, ``access*``,
   ``visibility``, ``audience``, ``private``, a differently-cased ``Principals``,
   ``tenant_id``, ... see :func:`looks_like_access_control`) is an error, not ignored.
-- ``tenant`` is a string (or an integer). With a caller tenant (``--tenant``) it is a
+- ``tenant`` is a string (a number is an error: quote it). With a caller tenant (``--tenant``) it is a
   boundary: a document naming another tenant (``""`` included) is an error, one naming
   the same tenant is fine, and one naming none takes it. Without a caller tenant, a
   document's own tenant is used, and one without a tenant gets none. Null or a blank
@@ -240,13 +240,21 @@ def _tenant(where: str, metadata: Mapping[str, Any], boundary: str) -> str:
     if TENANT_KEY not in metadata:
         return boundary
     value = metadata[TENANT_KEY]
-    if isinstance(value, bool) or not isinstance(value, str | int):
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # YAML reads `tenant: 0042` as the octal 34 and `tenant: 1e3` as 1000.0:
+        # a number is not trusted to name the tenant the author meant.
+        raise IngestError(
+            where,
+            f"'{TENANT_KEY}' must be a string, got the number {value!r}; quote it "
+            f"(tenant: \"{value}\") if that is the tenant's name",
+        )
+    if not isinstance(value, str):
         raise IngestError(
             where,
             f"'{TENANT_KEY}' must be a string, got {value!r}; write a tenant name "
             "or omit the key",
         )
-    tenant = str(value)
+    tenant = value
     if tenant and not tenant.strip():
         raise IngestError(where, f"'{TENANT_KEY}' is blank ({tenant!r})")
     if boundary and tenant != boundary:

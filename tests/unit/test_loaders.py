@@ -406,6 +406,28 @@ class TestTenantBoundary:
         with pytest.raises(IngestError, match="'tenant'"):
             load_file(front(tmp_path, meta), LoadDefaults())
 
+    @pytest.mark.parametrize(
+        ("meta", "number"),
+        [("tenant: 7", "7"), ("tenant: 0042", "34"), ("tenant: 1.5", "1.5")],
+    )
+    def test_a_numeric_tenant_is_refused_with_quote_it(
+        self, tmp_path: Path, meta: str, number: str
+    ) -> None:
+        # YAML reads 0042 as octal 34: stored, it would scope to the wrong tenant.
+        with pytest.raises(IngestError, match="quote it") as info:
+            load_file(front(tmp_path, meta), LoadDefaults())
+        assert f"the number {number}" in info.value.reason
+
+    def test_a_numeric_tenant_in_jsonl_metadata_fails_the_file(
+        self, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "c.jsonl"
+        path.write_text(
+            json.dumps({"_id": "1", "text": "a", "metadata": {"tenant": 7}}) + "\n"
+        )
+        with pytest.raises(IngestError, match="quote it"):
+            load_file(path, LoadDefaults())
+
 
 class TestSidecarKeys:
     """A sidecar key of the wrong type fails its file; a misspelt one is named."""
