@@ -21,9 +21,9 @@ function, :func:`resolve_access`, with these rules:
   ``tenant_id``, ... see :func:`looks_like_access_control`) is an error, not ignored.
 - ``tenant`` is a string (a number is an error: quote it). With a caller tenant
   (``--tenant``) it is a boundary: a document naming another tenant (``""`` included)
-  is an error, one naming the same tenant is fine, and one naming none takes it. Without a caller tenant, a
-  document's own tenant is used, and one without a tenant gets none. Null or a blank
-  tenant is an error.
+  is an error, one naming the same tenant is fine, and one naming none takes it.
+  Without a caller tenant, a document's own tenant is used, and one without a tenant
+  gets none. Null or a blank tenant is an error.
 - A JSONL record keeps these keys in its ``metadata`` object; at the record's top
   level they are an error, as is a ``metadata`` that is not an object.
 """
