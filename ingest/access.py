@@ -246,7 +246,7 @@ def _tenant(where: str, metadata: Mapping[str, Any], boundary: str) -> str:
         raise IngestError(
             where,
             f"'{TENANT_KEY}' must be a string, got the number {value!r}; quote it "
-            f"(tenant: \"{value}\") if that is the tenant's name",
+            f'(tenant: "{value}") if that is the tenant\'s name',
         )
     if not isinstance(value, str):
         raise IngestError(
