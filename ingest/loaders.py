@@ -292,6 +292,16 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     text = _read_text(path)
     sidecar, warnings = _read_sidecar(path)
     if kind == "jsonl":
+        if "id" in sidecar:  # each record is a document with its own _id
+            name = next(
+                path.name + suffix
+                for suffix in SIDECAR_SUFFIXES
+                if path.with_name(path.name + suffix).exists()
+            )
+            warnings += (
+                f"metadata sidecar {name}: 'id' is ignored for a JSONL file (each "
+                "record is a document named by its own '_id'); remove it",
+            )
         return list(_load_jsonl(path, text, sidecar, defaults, warnings))
     front: dict[str, Any] = {}
     body_start = 0

@@ -301,6 +301,19 @@ class TestFailuresAndPruning:
         assert store.delete_document(document_key("", "old"))
         assert ingestor.ingest_paths([tmp_path]).documents == 1
 
+    def test_an_id_in_a_jsonl_sidecar_is_a_warning_not_dropped_in_silence(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        write_jsonl(
+            tmp_path / "c.jsonl", [{"_id": "1", "text": "a"}, {"_id": "2", "text": "b"}]
+        )
+        (tmp_path / "c.jsonl.meta.json").write_text('{"id": "corpus"}')
+        summary = ingestor.ingest_paths([tmp_path])
+        assert summary.documents == 2 and summary.failed == 0
+        ((path, warning),) = summary.warnings
+        assert path.endswith("c.jsonl")
+        assert "c.jsonl.meta.json: 'id' is ignored for a JSONL file" in warning
+
     def test_prune_removes_documents_whose_source_is_gone(
         self, ingestor: Ingestor, store: Store, sample_corpus: Path, tmp_path: Path
     ) -> None:
