@@ -118,7 +118,7 @@ _KNOWN_KEYS = {*_SIDECAR_KEYS, "_id", "text"}
 """The keys the loaders read (a JSONL record's ``_id`` and ``text`` too); any other
 is kept in ``metadata``."""
 _SIDECAR_STRINGS = ("id", "title", "path", TENANT_KEY)
-"""Sidecar keys whose value must be a string (null: unset), never a coerced number."""
+"""Sidecar and front matter keys whose value must be a string (null: unset)."""
 
 
 @dataclass(frozen=True)
@@ -437,6 +437,16 @@ def _read_sidecar(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
             f"metadata sidecar {sidecar.name} must hold an "
             "object of keys, not " + type(data).__name__,
         )
+    _require_strings(path, f"metadata sidecar {sidecar.name}", data)
+    return data, _sidecar_key_warnings(path, sidecar.name, data)
+
+
+def _require_strings(path: Path, origin: str, data: dict[str, Any]) -> None:
+    """Refuse a non-string ``id``, ``title``, ``path`` or ``tenant`` (null: unset).
+
+    YAML turns ``id: 0042`` into the octal 34 and ``title: [a, b]`` into a list:
+    stored as their text they would name another document, or read as a repr.
+    """
     for key in _SIDECAR_STRINGS:
         value = data.get(key)
         if value is not None and not isinstance(value, str):
@@ -447,10 +457,9 @@ def _read_sidecar(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
             )
             raise IngestError(
                 str(path),
-                f"metadata sidecar {sidecar.name}: '{key}' must be a string, got "
+                f"{origin}: '{key}' must be a string, got "
                 f"{type(value).__name__} {value!r}; {fix}",
             )
-    return data, _sidecar_key_warnings(path, sidecar.name, data)
 
 
 @functools.lru_cache(maxsize=256)
@@ -561,6 +570,7 @@ def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], int]:
         raise IngestError(str(path), f"bad YAML front matter: {exc}") from exc
     if not isinstance(data, dict):
         raise IngestError(str(path), "front matter must be a mapping of keys")
+    _require_strings(path, "front matter", data)
     return data, match.end()
 
 

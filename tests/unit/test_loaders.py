@@ -407,16 +407,23 @@ class TestTenantBoundary:
             load_file(front(tmp_path, meta), LoadDefaults())
 
     @pytest.mark.parametrize(
-        ("meta", "number"),
-        [("tenant: 7", "7"), ("tenant: 0042", "34"), ("tenant: 1.5", "1.5")],
+        ("meta", "wrong"),
+        [
+            ("tenant: 7", "int 7"),
+            ("tenant: 0042", "int 34"),  # YAML 1.1 octal: another tenant's name
+            ("tenant: 1.5", "float 1.5"),
+            ("id: 0042", "int 34"),
+            ("title: [Payments, API]", "list"),
+            ("path: yes", "bool True"),
+        ],
     )
-    def test_a_numeric_tenant_is_refused_with_quote_it(
-        self, tmp_path: Path, meta: str, number: str
+    def test_a_front_matter_identity_key_of_another_type_fails_with_the_fix(
+        self, tmp_path: Path, meta: str, wrong: str
     ) -> None:
-        # YAML reads 0042 as octal 34: stored, it would scope to the wrong tenant.
-        with pytest.raises(IngestError, match="quote it") as info:
+        with pytest.raises(IngestError, match="front matter: '") as info:
             load_file(front(tmp_path, meta), LoadDefaults())
-        assert f"the number {number}" in info.value.reason
+        assert "must be a string" in info.value.reason and wrong in info.value.reason
+        assert "quote it" in info.value.reason or "write one string" in info.value.reason
 
     def test_a_numeric_tenant_in_jsonl_metadata_fails_the_file(
         self, tmp_path: Path
