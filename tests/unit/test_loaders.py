@@ -423,7 +423,9 @@ class TestTenantBoundary:
         with pytest.raises(IngestError, match="front matter: '") as info:
             load_file(front(tmp_path, meta), LoadDefaults())
         assert "must be a string" in info.value.reason and wrong in info.value.reason
-        assert "quote it" in info.value.reason or "write one string" in info.value.reason
+        assert (
+            "quote it" in info.value.reason or "write one string" in info.value.reason
+        )
 
     def test_a_numeric_tenant_in_jsonl_metadata_fails_the_file(
         self, tmp_path: Path
