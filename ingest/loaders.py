@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time
 from pathlib import Path
 from typing import Any
 
@@ -683,7 +683,7 @@ def _document(
             where, f"'title_entity' must be true or false, got {title_entity!r}"
         )
     logical_path = str(meta.pop("path", "") or rel)
-    metadata = {k: v for k, v in meta.items() if k not in _KNOWN_KEYS}
+    metadata = {k: _dates_as_text(v) for k, v in meta.items() if k not in _KNOWN_KEYS}
     try:
         json.dumps(metadata)
     except (TypeError, ValueError) as exc:
@@ -707,6 +707,21 @@ def _document(
         title_entity=bool(title_entity),
         warnings=warnings,
     )
+
+
+def _dates_as_text(value: Any) -> Any:
+    """YAML dates and times in extra metadata as ISO 8601 text (JSON has no date).
+
+    ``reviewed: 2024-05-01`` is a ``date`` to YAML; stored as ``"2024-05-01"`` it
+    round-trips and filters like any string, where it used to fail the file.
+    """
+    if isinstance(value, date | time):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _dates_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_dates_as_text(v) for v in value]
+    return value
 
 
 def _timestamp(where: str, value: Any) -> datetime | None:

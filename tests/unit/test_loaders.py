@@ -527,6 +527,19 @@ class TestSidecarKeys:
         (doc,) = load_file(path, DEFAULTS)
         assert doc.metadata == extra and doc.warnings == ()
 
+    def test_yaml_dates_in_extra_metadata_are_kept_as_iso_text(
+        self, tmp_path: Path
+    ) -> None:
+        path = front(
+            tmp_path,
+            "reviewed: 2024-05-01\nreviews: [2024-05-01, 2024-06-02T10:00:00Z]\n"
+            "audit: {at: 2024-05-01}",
+        )
+        (doc,) = load_file(path, DEFAULTS)
+        assert doc.metadata["reviewed"] == "2024-05-01"
+        assert doc.metadata["reviews"] == ["2024-05-01", "2024-06-02T10:00:00+00:00"]
+        assert doc.metadata["audit"] == {"at": "2024-05-01"}
+
     @pytest.mark.parametrize(
         ("key", "closest"), [("principles", "principals"), ("tenat", "tenant")]
     )
