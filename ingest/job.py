@@ -77,6 +77,16 @@ class IngestSummary:
         """Number of files or records that could not be ingested."""
         return len(self.failures)
 
+    def fail(self, path: str, reason: str) -> None:
+        """Record a file or record that was not ingested, and log it (a WARNING)."""
+        self.failures.append((path, reason))
+        logger.warning("failed: %s: %s", path, reason, extra=_IN_SUMMARY)
+
+    def warn(self, path: str, reason: str) -> None:
+        """Record a warning about an ingested file, and log it (a WARNING)."""
+        self.warnings.append((path, reason))
+        logger.warning("warning: %s: %s", path, reason, extra=_IN_SUMMARY)
+
     def to_dict(self) -> dict[str, object]:
         """Return the JSON form."""
         return {
@@ -261,20 +271,18 @@ class Ingestor:
             try:
                 files = list(discover([target], summary.not_ingested))
             except IngestError as exc:
-                summary.failures.append((exc.path, exc.reason))
+                summary.fail(exc.path, exc.reason)
                 continue
             for file in files:
                 try:
                     loaded = load_file(file, defaults)
                 except IngestError as exc:
-                    logger.warning("skipping %s", exc, extra=_IN_SUMMARY)
-                    summary.failures.append((exc.path, exc.reason))
+                    summary.fail(exc.path, exc.reason)
                     continue
                 sources.extend(loaded)
                 # A JSONL file's documents share its sidecar, and its warnings.
                 for warning in dict.fromkeys(w for s in loaded for w in s.warnings):
-                    logger.warning("%s: %s", file, warning, extra=_IN_SUMMARY)
-                    summary.warnings.append((str(file), warning))
+                    summary.warn(str(file), warning)
         sources = self._one_copy_per_file(sources, summary)
         sources = prepare_site(sources, links=site_links)
         self._ingest_sources(sources, summary)
@@ -302,12 +310,10 @@ class Ingestor:
         for source in sources:
             key = document_key(source.tenant, source.source_id)
             if key in seen:
-                summary.failures.append(
-                    (
-                        source.source_uri,
-                        f"duplicate document id '{source.source_id}' "
-                        f"(also in {seen[key]}); the first one was kept",
-                    )
+                summary.fail(
+                    source.source_uri,
+                    f"duplicate document id '{source.source_id}' "
+                    f"(also in {seen[key]}); the first one was kept",
                 )
                 continue
             seen[key] = source.source_uri
@@ -380,19 +386,10 @@ class Ingestor:
                 first.setdefault(key, source)
                 kept.append(source)
             else:
-                summary.warnings.append(
-                    (
-                        source.source_uri,
-                        f"reached twice (as '{earlier.source_id}' and "
-                        f"'{source.source_id}'): ingested once, as "
-                        f"'{earlier.source_id}'",
-                    )
-                )
-                logger.warning(
-                    "%s: %s",
+                summary.warn(
                     source.source_uri,
-                    summary.warnings[-1][1],
-                    extra=_IN_SUMMARY,
+                    f"reached twice (as '{earlier.source_id}' and "
+                    f"'{source.source_id}'): ingested once, as '{earlier.source_id}'",
                 )
         stored = self.store.stored_source_ids(list(first))
         out = []
@@ -406,28 +403,18 @@ class Ingestor:
             listed = ", ".join(f"'{i}'" for i in others)
             if source.source_id in ids:  # copies written before this check existed
                 out.append(source)
-                summary.warnings.append(
-                    (
-                        source.source_uri,
-                        f"also stored as {listed}: remove the extra copy with "
-                        f"retrieval-pipeline delete{tenant} {' '.join(others)}",
-                    )
-                )
-                continue
-            summary.failures.append(
-                (
+                summary.warn(
                     source.source_uri,
-                    f"this file is already stored as document {listed} (ingested "
-                    f"from another root, or under another id); ingest it from the "
-                    f"same root to update that copy, or remove it first with "
+                    f"also stored as {listed}: remove the extra copy with "
                     f"retrieval-pipeline delete{tenant} {' '.join(others)}",
                 )
-            )
-            logger.warning(
-                "skipping %s: %s",
+                continue
+            summary.fail(
                 source.source_uri,
-                summary.failures[-1][1],
-                extra=_IN_SUMMARY,
+                f"this file is already stored as document {listed} (ingested from "
+                f"another root, or under another id); ingest it from the same root "
+                f"to update that copy, or remove it first with "
+                f"retrieval-pipeline delete{tenant} {' '.join(others)}",
             )
         return out
 
@@ -449,7 +436,7 @@ class Ingestor:
             try:
                 self.store.write_document(record)
             except RecordRejectedError as exc:
-                summary.failures.append((record.source_uri, str(exc)))
+                summary.fail(record.source_uri, str(exc))
                 continue
             written.append(record)
         return written
@@ -470,9 +457,7 @@ class Ingestor:
                 continue
             chunks = chunk_document(source, self.counter)
             if not chunks:
-                summary.failures.append(
-                    (source.source_uri, "no text to index (empty body)")
-                )
+                summary.fail(source.source_uri, "no text to index (empty body)")
                 continue
             prepared.append(_Prepared(source, document_id, revision, chunks))
         return prepared
@@ -517,15 +502,7 @@ class Ingestor:
         summary.embeddings_reused += len(reused) + sum(k in kept for k in wanted)
         vectors, failed = self._vectors(prepared, reused, kept, keys, fresh)
         for index, reason in failed.items():
-            logger.warning(
-                "not written: %s: %s",
-                prepared[index].source.source_uri,
-                reason,
-                extra=_IN_SUMMARY,
-            )
-            summary.failures.append(
-                (prepared[index].source.source_uri, f"not written: {reason}")
-            )
+            summary.fail(prepared[index].source.source_uri, f"not written: {reason}")
         records = []
         cursor = 0
         for index, item in enumerate(prepared):

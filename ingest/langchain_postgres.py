@@ -351,7 +351,7 @@ def import_langchain_postgres(
     for row in rows:
         seen_ids.add(row.id)
         if not row.content.strip():
-            summary.failures.append((f"{source.origin}/{row.id}", "empty content"))
+            summary.fail(f"{source.origin}/{row.id}", "empty content")
             continue
         try:
             documents.append(
@@ -364,7 +364,7 @@ def import_langchain_postgres(
                 )
             )
         except IngestError as exc:
-            summary.failures.append((exc.path, exc.reason))
+            summary.fail(exc.path, exc.reason)
     result = ingestor.ingest_documents(documents)
     result.failures[:0] = summary.failures
     if prune:

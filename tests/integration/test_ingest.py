@@ -232,7 +232,11 @@ class TestFailuresAndPruning:
         assert_stats_consistent(store)
 
     def test_duplicate_ids_keep_the_first_and_report_the_second(
-        self, ingestor: Ingestor, store: Store, tmp_path: Path
+        self,
+        ingestor: Ingestor,
+        store: Store,
+        tmp_path: Path,
+        caplog: pytest.LogCaptureFixture,
     ) -> None:
         write_jsonl(
             tmp_path / "c.jsonl", [{"_id": "1", "text": "a"}, {"_id": "1", "text": "b"}]
@@ -241,6 +245,9 @@ class TestFailuresAndPruning:
         assert (
             summary.documents == 1 and "duplicate document id" in summary.failures[0][1]
         )
+        # Every failure is logged for library callers, not only the loader's.
+        (record,) = [r for r in caplog.records if "duplicate document id" in r.message]
+        assert record.levelname == "WARNING" and record.message.startswith("failed: ")
 
     def test_a_sidecar_warning_is_reported_once_per_file_and_it_is_ingested(
         self, ingestor: Ingestor, store: Store, tmp_path: Path
