@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -33,13 +33,22 @@ from retrieval_pipeline.ingest.loaders import (
     load_file,
     page_span,
 )
-from retrieval_pipeline.ingest.site import prepare_site
+from retrieval_pipeline.ingest.site import (
+    LINK_RELATION,
+    SiteMemory,
+    directory_uri,
+    is_page,
+    outside_links,
+    page_entity,
+    prepare_pages,
+)
 from retrieval_pipeline.tools.embeddings import Embedder, EmbeddingUnavailable
 from retrieval_pipeline.tools.store.records import (
     ChunkRecord,
     DocumentRecord,
     chunk_key,
     document_key,
+    entity_key,
 )
 from retrieval_pipeline.tools.store.store import Store
 from retrieval_pipeline.tools.tokens import TokenCounter, default_token_counter
@@ -284,8 +293,14 @@ class Ingestor:
                 for warning in dict.fromkeys(w for s in loaded for w in s.warnings):
                     summary.warn(str(file), warning)
         sources = self._one_copy_per_file(sources, summary)
-        sources = prepare_site(sources, links=site_links)
+        roots = [directory_uri(t) for t in targets if t.is_dir()]
+        site = prepare_pages(
+            sources, links=site_links, roots=roots, memory=self._site_memory(sources)
+        )
+        sources = site.sources
         self._ingest_sources(sources, summary)
+        for (owner, directory), (lines, pages) in sorted(site.boilerplate.items()):
+            self.store.save_site_boilerplate(owner, directory, sorted(lines), pages)
         if prune:
             summary.removed = self._prune(targets, sources, tenant)
         summary.seconds = time.perf_counter() - started
@@ -363,18 +378,50 @@ class Ingestor:
             summary.mentions_linked += link_entities(self.store, tenant, scope)
         summary.write_seconds += time.perf_counter() - link_started
 
+    def _site_memory(self, sources: list[SourceDocument]) -> SiteMemory:
+        """What earlier ingests stored about the sites these pages belong to."""
+        pages = [s for s in sources if is_page(s)]
+        if not pages:
+            return SiteMemory()
+        outside = sorted(outside_links(pages))
+        stored = self.store.stored_source_ids(outside) if outside else {}
+        linked = self.store.linked_pages(
+            [
+                (
+                    s.tenant,
+                    entity_key(s.tenant, page_entity(s.source_id)),
+                    document_key(s.tenant, s.source_id),
+                )
+                for s in pages
+            ],
+            LINK_RELATION,
+        )
+        return SiteMemory(
+            boilerplate=self.store.site_boilerplate(
+                [s.tenant for s in pages if s.kind == "html"]
+            ),
+            pages={key: copies[0][0] for key, copies in stored.items()},
+            linked=frozenset(
+                (s.tenant, s.source_id)
+                for s in pages
+                if (s.tenant, entity_key(s.tenant, page_entity(s.source_id))) in linked
+            ),
+        )
+
     def _one_copy_per_file(
         self, sources: list[SourceDocument], summary: IngestSummary
     ) -> list[SourceDocument]:
-        """Drop second copies of a file (loaded from disk), so a file is one document.
+        """Keep one document per file (loaded from disk).
 
         A file's id defaults to its path under the root it was found from, so the
         same file reached from two roots (``ingest docs docs/sub``, or ``docs`` one
-        day and ``docs/sub`` the next), or whose front matter ``id`` changed, would
-        otherwise be stored twice and retrieved twice. Within one run the first copy
-        is ingested and the repeat is a warning. A file already stored under another
-        id fails with what to do: writing it would add a second copy, and skipping
-        it would leave the stored copy stale without a word.
+        day and ``docs/sub/a.md`` the next) would otherwise be stored, and
+        retrieved, twice. Within one run the first copy is ingested and the repeat
+        is a warning. A file already stored under one other path-derived id keeps
+        that id and path: ingesting one page of a site updates the page in place.
+        A file whose given ``id`` differs from its stored copy's (front matter or
+        sidecar changed) fails with what to do: writing it would add a second
+        copy, and skipping it would leave the stored copy stale without a word.
         """
         first: dict[tuple[str, str], SourceDocument] = {}
         kept: list[SourceDocument] = []
@@ -394,27 +441,38 @@ class Ingestor:
         stored = self.store.stored_source_ids(list(first))
         out = []
         for source in kept:
-            ids = stored.get((source.tenant, source.source_uri), [])
-            others = [i for i in ids if i != source.source_id]
+            copies = stored.get((source.tenant, source.source_uri), [])
+            others = [c for c in copies if c[0] != source.source_id]
             if not others:
                 out.append(source)
                 continue
+            if source.id_from_path and len(copies) == 1:
+                (stored_id, stored_path), own_path = others[0], source.path
+                derived_path = own_path == source.source_id
+                out.append(
+                    replace(
+                        source,
+                        source_id=stored_id,
+                        path=stored_path if derived_path else own_path,
+                    )
+                )
+                continue
             tenant = f" --tenant {source.tenant}" if source.tenant else ""
-            listed = ", ".join(f"'{i}'" for i in others)
-            if source.source_id in ids:  # copies written before this check existed
+            ids = [i for i, _ in others]
+            listed = ", ".join(f"'{i}'" for i in ids)
+            remove = f"retrieval-pipeline delete{tenant} {' '.join(ids)}"
+            if len(others) < len(copies):  # copies written before this check existed
                 out.append(source)
                 summary.warn(
                     source.source_uri,
-                    f"also stored as {listed}: remove the extra copy with "
-                    f"retrieval-pipeline delete{tenant} {' '.join(others)}",
+                    f"also stored as {listed}: remove the extra copy with {remove}",
                 )
                 continue
             summary.fail(
                 source.source_uri,
-                f"this file is already stored as document {listed} (ingested from "
-                f"another root, or under another id); ingest it from the same root "
-                f"to update that copy, or remove it first with "
-                f"retrieval-pipeline delete{tenant} {' '.join(others)}",
+                f"this file is already stored as document {listed} (under another "
+                f"id); to keep that id, remove the 'id' you gave it or ingest from "
+                f"the same root; to replace it, remove it first with {remove}",
             )
         return out
 

@@ -152,6 +152,9 @@ class SourceDocument:
     ascending (PDF); empty for formats without pages. See :func:`page_span`."""
     warnings: tuple[str, ...] = ()
     """Problems that did not stop the load (a PDF page without a text layer)."""
+    id_from_path: bool = False
+    """``source_id`` is the file's path under the ingest root (no ``id`` was given):
+    ingest may take over the id a stored copy of the same file has."""
 
 
 def page_span(
@@ -317,7 +320,8 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     meta = _merge(sidecar, front)
     rel = _relative(path, defaults.root)
     title = str(meta.pop("title", "") or _first_heading(text[body_start:]) or path.stem)
-    source_id = str(meta.pop("id", "") or rel)
+    given_id = meta.pop("id", "")
+    source_id = str(given_id or rel)
     document = _document(
         path,
         source_id,
@@ -330,7 +334,7 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
         defaults,
         warnings=warnings,
     )
-    return [replace(document, links=links) if links else document]
+    return [replace(document, links=links, id_from_path=not given_id)]
 
 
 def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocument:
@@ -355,11 +359,15 @@ def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocumen
             "retrieval-pipeline[documents]",
         ) from exc
     rel = _relative(path, defaults.root)
-    source_id = str(meta.pop("id", "") or rel)
+    given_id = meta.pop("id", "")
+    source_id = str(given_id or rel)
     content, title = extracted.content, extracted.title
     document = _document(path, source_id, title, rel, content, 0, kind, meta, defaults)
     return dataclasses.replace(
-        document, pages=extracted.pages, warnings=warnings + extracted.warnings
+        document,
+        pages=extracted.pages,
+        warnings=warnings + extracted.warnings,
+        id_from_path=not given_id,
     )
 
 

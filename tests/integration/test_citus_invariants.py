@@ -55,6 +55,7 @@ CORPUS_TABLES = frozenset(
         "mentions",
         "relations",
         "entity_curation",
+        "site_boilerplate",
     }
 )
 # No tenant: migration bookkeeping and the index's own settings, replicated whole.

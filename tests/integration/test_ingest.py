@@ -273,7 +273,7 @@ class TestFailuresAndPruning:
         assert "ingested once, as 'sub/a.md'" in warning
         assert store.counts()["documents"] == 1
 
-    def test_a_file_stored_under_another_id_fails_and_keeps_the_stored_copy(
+    def test_a_file_ingested_from_another_root_updates_its_stored_copy(
         self, ingestor: Ingestor, store: Store, tmp_path: Path
     ) -> None:
         (tmp_path / "sub").mkdir()
@@ -281,20 +281,21 @@ class TestFailuresAndPruning:
         page.write_text("# A\n\nAlpha text.\n")
         assert ingestor.ingest_paths([tmp_path], tenant="acme").documents == 1
         page.write_text("# A\n\nAlpha text, changed.\n")
-        summary = ingestor.ingest_paths([tmp_path / "sub"], tenant="acme")
-        assert summary.documents == 0
-        ((path, reason),) = summary.failures
-        assert path.endswith("/sub/a.md")
-        assert "already stored as document 'sub/a.md'" in reason
-        assert "retrieval-pipeline delete --tenant acme sub/a.md" in reason
-        assert store.counts()["documents"] == 1
-        # From the same root it updates that copy.
-        again = ingestor.ingest_paths([tmp_path], tenant="acme")
-        assert again.documents == 1 and again.failed == 0
-        assert store.counts()["documents"] == 1
+        for target in (page, tmp_path / "sub"):  # the file alone, or its folder
+            page.write_text(f"# A\n\nAlpha text, changed via {target.name}.\n")
+            summary = ingestor.ingest_paths([target], tenant="acme")
+            assert summary.documents == 1 and summary.failed == 0
+            assert summary.warnings == []
+            assert store.counts()["documents"] == 1
+            (row,) = _chunks_of(store, "sub/a.md", tenant="acme")
+            assert f"via {target.name}" in row[1]
+            with store.connection() as conn:
+                path = conn.execute("SELECT path FROM documents").fetchone()
+            assert path == ("sub/a.md",)  # path scopes keep matching
         # Another tenant's copy of the same file is its own document.
         other = ingestor.ingest_paths([tmp_path / "sub"], tenant="beta")
         assert other.documents == 1 and other.failed == 0
+        assert store.counts()["documents"] == 2
 
     def test_a_changed_front_matter_id_fails_until_the_old_copy_is_deleted(
         self, ingestor: Ingestor, store: Store, tmp_path: Path
@@ -304,7 +305,10 @@ class TestFailuresAndPruning:
         ingestor.ingest_paths([tmp_path])
         page.write_text("---\nid: new\n---\nAlpha text.\n")
         summary = ingestor.ingest_paths([tmp_path])
-        assert "already stored as document 'old'" in summary.failures[0][1]
+        ((_, reason),) = summary.failures
+        assert "already stored as document 'old' (under another id)" in reason
+        assert "retrieval-pipeline delete old" in reason
+        assert store.counts()["documents"] == 1
         assert store.delete_document(document_key("", "old"))
         assert ingestor.ingest_paths([tmp_path]).documents == 1
 

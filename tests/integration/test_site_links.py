@@ -128,3 +128,68 @@ def test_cli_no_site_links_flag(store: object, tmp_path: Path) -> None:
     make_site(tmp_path / "on")
     assert main(["ingest", str(tmp_path / "on"), "--json"]) == 0
     assert relations() > 0
+
+
+def _site_state(store: object) -> tuple[dict[str, str], list[tuple[str, str]], set[str]]:
+    """Revisions by page, links_to relations (source page, target entity), and the
+    page entities their pages declare (an explicit mention by their home)."""
+    with store.connection() as conn:  # type: ignore[attr-defined]
+        revisions = dict(conn.execute("SELECT source_id, revision FROM documents"))
+        links = conn.execute(
+            "SELECT d.source_id, t.name FROM relations r"
+            " JOIN documents d ON d.id = r.document_id"
+            " JOIN entities t ON t.id = r.target_id WHERE r.type = %s ORDER BY 1, 2",
+            (LINK_RELATION,),
+        ).fetchall()
+        declared = {
+            row[0]
+            for row in conn.execute(
+                "SELECT e.name FROM mentions m JOIN entities e ON e.id = m.entity_id"
+                " JOIN documents d ON d.id = m.document_id"
+                " WHERE m.origin = 'explicit' AND e.name = 'page:' || d.source_id"
+            )
+        }
+    return revisions, links, declared
+
+
+def test_one_page_ingested_alone_keeps_boilerplate_removal_links_and_entity(
+    ingestor: Ingestor, store: object, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    make_site(site)
+    assert ingestor.ingest_paths([site]).documents == 10
+    before = _site_state(store)
+    assert ("guide/install.html", "page:ref/options.html") in before[1]
+    assert {"page:guide/install.html", "page:ref/options.html"} <= before[2]
+
+    # Unchanged and ingested alone (its folder holds 2 pages, too few to count
+    # boilerplate on): the footer is still removed, so the page is unchanged.
+    alone = ingestor.ingest_paths([site / "guide" / "install.html"])
+    assert alone.failed == 0 and alone.skipped == 1 and alone.documents == 0
+    folder = ingestor.ingest_paths([site / "guide"])
+    assert folder.failed == 0 and folder.skipped == 2
+    assert _site_state(store) == before
+
+    # Edited and ingested alone: rewritten in place, footer removed, its link to a
+    # stored page kept, and its page entity (index.html links to it) still declared.
+    install = site / "guide" / "install.html"
+    install.write_text(install.read_text().replace("as root", "as the root user"))
+    edited = ingestor.ingest_paths([install])
+    assert edited.failed == 0 and edited.documents == 1
+    revisions, links, declared = _site_state(store)
+    assert revisions.keys() == before[0].keys()
+    assert revisions["guide/install.html"] != before[0]["guide/install.html"]
+    assert links == before[1] and declared == before[2]
+    with store.connection() as conn:  # type: ignore[attr-defined]
+        body = " ".join(
+            r[0]
+            for r in conn.execute(
+                "SELECT c.content FROM chunks c JOIN documents d ON d.id = c.document_id"
+                " WHERE d.source_id = 'guide/install.html'"
+            )
+        )
+    assert "as the root user" in body and "all rights reserved" not in body
+
+    # The whole site again: nothing else changed.
+    again = ingestor.ingest_paths([site])
+    assert again.failed == 0 and again.documents == 0 and again.skipped == 10

@@ -280,7 +280,7 @@ class TestLinkResolution:
         docs = [load(p, root) for p in sorted(root.rglob("*.md"))]
         by_id = {d.source_id: i for i, d in enumerate(docs)}
         graph = resolve_links(docs)
-        assert graph == {by_id["guide/a.md"]: {by_id["ref/b.md"]: 2}}
+        assert graph == {by_id["guide/a.md"]: {("", "ref/b.md"): 2}}
         (linked,) = [d for d in prepare_site(docs) if d.source_id == "guide/a.md"]
         (relation,) = linked.relations
         assert relation.target == page_entity("ref/b.md")

@@ -265,10 +265,31 @@ DOCUMENT_REVISIONS = """
 SELECT id, revision, embedding_model FROM documents WHERE id = ANY(%s::text[])
 """
 
+# Site boilerplate of earlier ingests (migration 009), for some tenants.
+SITE_BOILERPLATE = """
+SELECT tenant, root_uri, lines FROM site_boilerplate WHERE tenant = ANY(%s::text[])
+"""
+
+SAVE_SITE_BOILERPLATE = """
+INSERT INTO site_boilerplate (root_uri, tenant, lines, pages)
+VALUES (%(root_uri)s, %(tenant)s, %(lines)s, %(pages)s)
+ON CONFLICT (root_uri, tenant) DO UPDATE
+SET lines = EXCLUDED.lines, pages = EXCLUDED.pages, updated_at = now()
+"""
+
+# Which of some page entities other documents link to (their links_to relations).
+LINKED_PAGES = """
+SELECT DISTINCT r.tenant, r.target_id
+FROM relations r
+JOIN unnest(%s::text[], %s::text[], %s::text[]) AS page (tenant, entity_id, document_id)
+  ON r.tenant = page.tenant AND r.target_id = page.entity_id
+WHERE r.type = %s AND r.document_id <> page.document_id
+"""
+
 # The stored documents of some files, by (tenant, source_uri): index
 # documents_tenant_source_uri (migration 008).
 DOCUMENTS_OF_SOURCES = """
-SELECT d.tenant, d.source_uri, d.source_id
+SELECT d.tenant, d.source_uri, d.source_id, d.path
 FROM documents d
 JOIN unnest(%s::text[], %s::text[]) AS wanted (tenant, source_uri)
   ON d.tenant = wanted.tenant AND d.source_uri = wanted.source_uri

@@ -55,18 +55,59 @@ class StoreWrites(StoreConnection):
             rows = conn.execute(q.DOCUMENT_REVISIONS, (list(document_ids),)).fetchall()
         return {row[0]: (row[1], row[2]) for row in rows}
 
+    def site_boilerplate(
+        self, tenants: Sequence[str]
+    ) -> dict[tuple[str, str], frozenset[str]]:
+        """Remembered boilerplate lines by (tenant, directory URI)."""
+        if not tenants:
+            return {}
+        with self.connection() as conn:
+            rows = conn.execute(q.SITE_BOILERPLATE, (sorted(set(tenants)),))
+            return {(r[0], r[1]): frozenset(r[2]) for r in rows}
+
+    def save_site_boilerplate(
+        self, tenant: str, root_uri: str, lines: Sequence[str], pages: int
+    ) -> None:
+        """Remember the boilerplate lines counted on ``pages`` pages under a root."""
+        with self.connection() as conn:
+            conn.execute(
+                q.SAVE_SITE_BOILERPLATE,
+                {
+                    "root_uri": root_uri,
+                    "tenant": tenant,
+                    "lines": Jsonb(sorted(lines)),
+                    "pages": pages,
+                },
+            )
+
+    def linked_pages(
+        self, pages: Sequence[tuple[str, str, str]], relation: str
+    ) -> set[tuple[str, str]]:
+        """The pages another stored document has a ``relation`` to.
+
+        ``pages`` are (tenant, entity id, document id); returns (tenant, entity id).
+        """
+        if not pages:
+            return set()
+        tenants, entities, documents = [list(c) for c in zip(*pages, strict=True)]
+        with self.connection() as conn:
+            rows = conn.execute(
+                q.LINKED_PAGES, (tenants, entities, documents, relation)
+            ).fetchall()
+        return {(r[0], r[1]) for r in rows}
+
     def stored_source_ids(
         self, sources: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], list[str]]:
-        """The stored source ids of each (tenant, source_uri) that has any."""
+    ) -> dict[tuple[str, str], list[tuple[str, str]]]:
+        """The stored (source id, path) of each (tenant, source_uri) that has any."""
         if not sources:
             return {}
         tenants, uris = [list(column) for column in zip(*sources, strict=True)]
         with self.connection() as conn:
             rows = conn.execute(q.DOCUMENTS_OF_SOURCES, (tenants, uris)).fetchall()
-        found: dict[tuple[str, str], list[str]] = {}
-        for tenant, uri, source_id in rows:
-            found.setdefault((tenant, uri), []).append(source_id)
+        found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for tenant, uri, source_id, path in rows:
+            found.setdefault((tenant, uri), []).append((source_id, path))
         return {key: sorted(ids) for key, ids in found.items()}
 
     def write_document(self, doc: DocumentRecord) -> None:
