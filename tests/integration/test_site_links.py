@@ -130,9 +130,13 @@ def test_cli_no_site_links_flag(store: object, tmp_path: Path) -> None:
     assert relations() > 0
 
 
-def _site_state(store: object) -> tuple[dict[str, str], list[tuple[str, str]], set[str]]:
+SiteState = tuple[dict[str, str], list[tuple[str, str]], set[str]]
+
+
+def _site_state(store: object) -> SiteState:
     """Revisions by page, links_to relations (source page, target entity), and the
-    page entities their pages declare (an explicit mention by their home)."""
+    page entities their pages declare (an explicit mention by their home).
+    """
     with store.connection() as conn:  # type: ignore[attr-defined]
         revisions = dict(conn.execute("SELECT source_id, revision FROM documents"))
         links = conn.execute(
@@ -184,7 +188,8 @@ def test_one_page_ingested_alone_keeps_boilerplate_removal_links_and_entity(
         body = " ".join(
             r[0]
             for r in conn.execute(
-                "SELECT c.content FROM chunks c JOIN documents d ON d.id = c.document_id"
+                "SELECT c.content FROM chunks c"
+                " JOIN documents d ON d.id = c.document_id"
                 " WHERE d.source_id = 'guide/install.html'"
             )
         )
