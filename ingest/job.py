@@ -10,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import unquote, urlsplit
+from urllib.request import url2pathname
 
 from retrieval_pipeline.errors import (
     DimensionMismatchError,
@@ -121,6 +124,34 @@ class _Prepared:
     document_id: str
     revision: str
     chunks: list[Chunk]
+
+
+def _listed(ids: Sequence[str]) -> str:
+    return ", ".join(f"'{i}'" for i in ids)
+
+
+def _delete_command(tenant: str, ids: Sequence[str]) -> str:
+    """The CLI line that deletes ``ids``, quoted for a POSIX shell."""
+    scope = f" --tenant {shlex.quote(tenant)}" if tenant else ""
+    return f"retrieval-pipeline delete{scope} -- " + " ".join(
+        shlex.quote(i) for i in ids
+    )
+
+
+def _file_of(uri: str) -> str | None:
+    """The local path of a ``file:`` URI (a JSONL record's ``#id`` dropped)."""
+    parts = urlsplit(uri)
+    if parts.scheme != "file":
+        return None
+    return url2pathname(parts.path)
+
+
+def _root_of(uri: str, source_id: str) -> str | None:
+    """The decoded root URI a path-derived ``source_id`` was taken under."""
+    decoded = unquote(uri)
+    if "#" in uri or not decoded.endswith("/" + source_id):
+        return None
+    return decoded[: len(decoded) - len(source_id)]
 
 
 def revision_of(source: SourceDocument, embedding_model: str) -> str:
@@ -269,6 +300,7 @@ class Ingestor:
         summary = IngestSummary()
         targets = [Path(p) for p in paths]
         sources: list[SourceDocument] = []
+        loaded_from: dict[Path, Path] = {}  # resolved file -> the path it was read at
         for target in targets:
             root = target if target.is_dir() else target.parent
             defaults = LoadDefaults(
@@ -283,6 +315,12 @@ class Ingestor:
                 summary.fail(exc.path, exc.reason)
                 continue
             for file in files:
+                first = loaded_from.setdefault(file.resolve(), file)
+                if first is not file:  # `ingest docs docs`, a link to a file here
+                    summary.warn(
+                        str(file), f"reached twice (also as {first}): ingested once"
+                    )
+                    continue
                 try:
                     loaded = load_file(file, defaults)
                 except IngestError as exc:
@@ -411,70 +449,125 @@ class Ingestor:
     def _one_copy_per_file(
         self, sources: list[SourceDocument], summary: IngestSummary
     ) -> list[SourceDocument]:
-        """Keep one document per file (loaded from disk).
+        """Keep one document per file, and one file per document id.
 
-        A file's id defaults to its path under the root it was found from, so the
-        same file reached from two roots (``ingest docs docs/sub``, or ``docs`` one
-        day and ``docs/sub/a.md`` the next) would otherwise be stored, and
-        retrieved, twice. Within one run the first copy is ingested and the repeat
-        is a warning. A file already stored under one other path-derived id keeps
-        that id and path: ingesting one page of a site updates the page in place.
-        A file whose given ``id`` differs from its stored copy's (front matter or
-        sidecar changed) fails with what to do: writing it would add a second
-        copy, and skipping it would leave the stored copy stale without a word.
+        A file's id and path default to its path under the root it was found from,
+        so the same file reached from another root (``ingest docs``, then
+        ``ingest docs/sub/a.md``) would be stored, and retrieved, twice; and a page
+        ingested alone (``site/guide/index.html``, id ``index.html``) would replace
+        the home page. So:
+
+        - a file stored earlier keeps its stored id (when its id is its path) and
+          path (when its path is), and is updated in place;
+        - a file whose given ``id`` differs from its stored copy's fails with what
+          to do: writing it would add a second copy, and skipping it would leave
+          the stored copy stale without a word;
+        - a new file whose path-derived id another stored file holds takes its
+          path under that file's root when it lies below it (its id in a whole
+          ingest of that root), fails when a file of this run holds the id, and
+          otherwise replaces it with a warning naming the other file.
         """
-        first: dict[tuple[str, str], SourceDocument] = {}
-        kept: list[SourceDocument] = []
+        copies_of = self.store.stored_source_ids(
+            [(s.tenant, s.source_uri) for s in sources]
+        )
+        settled: list[SourceDocument] = []
         for source in sources:
-            key = (source.tenant, source.source_uri)
-            earlier = first.get(key)
-            if earlier is None or earlier.source_id == source.source_id:
-                # (a repeated id within one JSONL file is reported as a duplicate id)
-                first.setdefault(key, source)
-                kept.append(source)
-            else:
+            copies = copies_of.get((source.tenant, source.source_uri), [])
+            mine = [c for c in copies if c[0] == source.source_id]
+            others = [c for c in copies if c[0] != source.source_id]
+            if others and source.id_from_path and len(copies) == 1:
+                mine, others = others, []
+                source = replace(source, source_id=mine[0][0])
+            if mine and source.path_from_root:
+                source = replace(source, path=mine[0][1])
+            ids = [i for i, _ in others]
+            if others and not mine:
+                summary.fail(
+                    source.source_uri,
+                    f"this file is already stored as document "
+                    f"{_listed(ids)} (under another id); to keep that id, remove "
+                    f"the 'id' you gave it; to replace it, remove it first with "
+                    f"{_delete_command(source.tenant, ids)}",
+                )
+                continue
+            if others:  # copies written before this check existed
                 summary.warn(
                     source.source_uri,
-                    f"reached twice (as '{earlier.source_id}' and "
-                    f"'{source.source_id}'): ingested once, as '{earlier.source_id}'",
+                    f"also stored as {_listed(ids)}: remove the extra copy with "
+                    f"{_delete_command(source.tenant, ids)}",
                 )
-        stored = self.store.stored_source_ids(list(first))
-        out = []
-        for source in kept:
-            copies = stored.get((source.tenant, source.source_uri), [])
-            others = [c for c in copies if c[0] != source.source_id]
-            if not others:
+            settled.append(source)
+        return self._one_file_per_id(settled, summary)
+
+    def _one_file_per_id(
+        self, sources: list[SourceDocument], summary: IngestSummary
+    ) -> list[SourceDocument]:
+        """The last rules of :meth:`_one_copy_per_file`: an id held by another file."""
+        holders = self.store.stored_source_uris(
+            [(s.tenant, s.source_id) for s in sources]
+        )
+        claimed = {  # ids this run's files hold already (stored from their own URI)
+            (s.tenant, s.source_id): s.source_uri
+            for s in sources
+            if holders.get((s.tenant, s.source_id)) == s.source_uri
+        }
+        out: list[SourceDocument] = []
+        moved: list[int] = []  # indexes in out whose id was re-derived below
+        for source in sources:
+            key = (source.tenant, source.source_id)
+            held = holders.get(key)
+            if held is None or held == source.source_uri:
                 out.append(source)
                 continue
-            if source.id_from_path and len(copies) == 1:
-                (stored_id, stored_path), own_path = others[0], source.path
-                derived_path = own_path == source.source_id
+            holder = _file_of(held)
+            if claimed.get(key, source.source_uri) != source.source_uri:
+                remove = _delete_command(source.tenant, [source.source_id])
+                summary.fail(
+                    source.source_uri,
+                    f"its id '{source.source_id}' is already the id of {holder} "
+                    f"(stored from another root); to store both, remove that "
+                    f"document with {remove} and ingest again, or give this file "
+                    "an 'id' of its own",
+                )
+                continue
+            root = _root_of(held, source.source_id)
+            here = unquote(source.source_uri)
+            if source.id_from_path and root and here.startswith(root):
+                below = here[len(root) :]
+                moved.append(len(out))
                 out.append(
                     replace(
                         source,
-                        source_id=stored_id,
-                        path=stored_path if derived_path else own_path,
+                        source_id=below,
+                        path=below if source.path_from_root else source.path,
                     )
                 )
                 continue
-            tenant = f" --tenant {source.tenant}" if source.tenant else ""
-            ids = [i for i, _ in others]
-            listed = ", ".join(f"'{i}'" for i in ids)
-            remove = f"retrieval-pipeline delete{tenant} {' '.join(ids)}"
-            if len(others) < len(copies):  # copies written before this check existed
-                out.append(source)
+            if holder is not None and Path(holder).exists():
                 summary.warn(
                     source.source_uri,
-                    f"also stored as {listed}: remove the extra copy with {remove}",
+                    f"replaces document '{source.source_id}', stored from {holder} "
+                    "(still there): an id is a path under the ingest root, so give "
+                    "one of the two files an 'id' of its own to keep both",
                 )
-                continue
-            summary.fail(
-                source.source_uri,
-                f"this file is already stored as document {listed} (under another "
-                f"id); to keep that id, remove the 'id' you gave it or ingest from "
-                f"the same root; to replace it, remove it first with {remove}",
-            )
-        return out
+            out.append(source)
+        if not moved:
+            return out
+        taken = self.store.stored_source_uris(
+            [(out[i].tenant, out[i].source_id) for i in moved]
+        )
+        keep = set(range(len(out)))
+        for i in moved:
+            source = out[i]
+            held = taken.get((source.tenant, source.source_id))
+            if held is not None and held != source.source_uri:
+                keep.discard(i)
+                summary.fail(
+                    source.source_uri,
+                    f"its id under its site's root, '{source.source_id}', is already "
+                    f"the id of {_file_of(held)}; give this file an 'id' of its own",
+                )
+        return [s for i, s in enumerate(out) if i in keep]
 
     def _write(
         self, records: list[DocumentRecord], summary: IngestSummary

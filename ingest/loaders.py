@@ -155,6 +155,9 @@ class SourceDocument:
     id_from_path: bool = False
     """``source_id`` is the file's path under the ingest root (no ``id`` was given):
     ingest may take over the id a stored copy of the same file has."""
+    path_from_root: bool = False
+    """``path`` is the file's path under the ingest root (no ``path`` was given):
+    ingest keeps the path a stored copy of the same file has."""
 
 
 def page_span(
@@ -690,7 +693,8 @@ def _document(
         raise IngestError(
             where, f"'title_entity' must be true or false, got {title_entity!r}"
         )
-    logical_path = str(meta.pop("path", "") or rel)
+    given_path = meta.pop("path", "")
+    logical_path = str(given_path or rel)
     metadata = {k: _dates_as_text(v) for k, v in meta.items() if k not in _KNOWN_KEYS}
     try:
         json.dumps(metadata)
@@ -700,6 +704,7 @@ def _document(
         source_id=source_id,
         title=title.strip(),
         path=logical_path,
+        path_from_root=not given_path,
         source_uri=path.resolve().as_uri()
         + ("#" + source_id if kind == "jsonl" else ""),
         content=content,

@@ -261,16 +261,28 @@ class TestFailuresAndPruning:
         ((path, warning),) = summary.warnings  # the sidecar is shared, not repeated
         assert path.endswith("c.jsonl") and "did you mean 'title'?" in warning
 
-    def test_a_file_reached_from_two_roots_in_one_run_is_one_document(
-        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    @pytest.mark.parametrize("twice", ["two roots", "same root", "link", "jsonl"])
+    def test_a_file_reached_twice_in_one_run_is_ingested_once_with_a_warning(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path, twice: str
     ) -> None:
         (tmp_path / "sub").mkdir()
-        (tmp_path / "sub" / "a.md").write_text("# A\n\nAlpha text.\n")
-        summary = ingestor.ingest_paths([tmp_path, tmp_path / "sub"])
-        assert summary.documents == 1 and summary.failed == 0
+        if twice == "jsonl":
+            write_jsonl(tmp_path / "sub" / "c.jsonl", [{"_id": "r1", "text": "a"}])
+        else:
+            (tmp_path / "sub" / "a.md").write_text("# A\n\nAlpha text.\n")
+        if twice == "link":
+            (tmp_path / "sub" / "alias.md").symlink_to("a.md")
+        targets = {
+            "two roots": [tmp_path, tmp_path / "sub"],
+            "same root": [tmp_path, tmp_path],
+            "link": [tmp_path],
+            "jsonl": [tmp_path, tmp_path / "sub"],
+        }[twice]
+        summary = ingestor.ingest_paths(targets)
+        assert summary.documents == 1 and summary.failures == []
         ((path, warning),) = summary.warnings
-        assert path.endswith("/sub/a.md")
-        assert "ingested once, as 'sub/a.md'" in warning
+        assert path.endswith(("a.md", "alias.md", "c.jsonl"))
+        assert "reached twice (also as " in warning and "ingested once" in warning
         assert store.counts()["documents"] == 1
 
     def test_a_file_ingested_from_another_root_updates_its_stored_copy(
@@ -297,6 +309,86 @@ class TestFailuresAndPruning:
         assert other.documents == 1 and other.failed == 0
         assert store.counts()["documents"] == 2
 
+    def test_a_page_ingested_alone_takes_its_id_under_the_stored_root(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        site = tmp_path / "site"
+        (site / "guide").mkdir(parents=True)
+        (site / "index.md").write_text("# Home\n\nThe home page.\n")
+        (site / "guide" / "intro.md").write_text("# Intro\n\nAn intro.\n")
+        assert ingestor.ingest_paths([site]).documents == 2
+        page = site / "guide" / "index.md"  # new, and named like the home page
+        page.write_text("# Guide\n\nThe guide's own index.\n")
+        summary = ingestor.ingest_paths([page])
+        assert summary.documents == 1 and summary.failures == []
+        assert summary.warnings == []
+        with store.connection() as conn:
+            stored = dict(conn.execute("SELECT source_id, path FROM documents"))
+        assert stored == {
+            "index.md": "index.md",  # the home page is untouched
+            "guide/intro.md": "guide/intro.md",
+            "guide/index.md": "guide/index.md",
+        }
+        (row,) = _chunks_of(store, "index.md")
+        assert "home page" in row[1]
+
+    def test_an_id_another_file_of_the_run_holds_fails_that_file(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        docs = tmp_path / "docs"
+        (docs / "sub").mkdir(parents=True)
+        (docs / "sub" / "d.md").write_text("# Sub D\n\nNested.\n")
+        ingestor.ingest_paths([docs / "sub"])  # stored as 'd.md'
+        (docs / "d.md").write_text("# Top D\n\nTop level.\n")
+        summary = ingestor.ingest_paths([docs])
+        ((path, reason),) = summary.failures
+        assert path.endswith("/docs/d.md")
+        assert "its id 'd.md' is already the id of" in reason
+        assert "retrieval-pipeline delete -- d.md" in reason
+        (row,) = _chunks_of(store, "d.md")
+        assert "Nested" in row[1]  # the stored file kept its document
+
+    def test_a_file_of_another_tree_with_the_same_id_replaces_it_with_a_warning(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        for tree in ("one", "two"):  # a checkout copied to a new folder
+            (tmp_path / tree).mkdir()
+            (tmp_path / tree / "a.md").write_text(f"# A\n\nFrom {tree}.\n")
+        ingestor.ingest_paths([tmp_path / "one"])
+        summary = ingestor.ingest_paths([tmp_path / "two"])
+        assert summary.documents == 1 and summary.failures == []
+        ((_, warning),) = summary.warnings
+        assert "replaces document 'a.md', stored from" in warning
+        assert "/one/a.md (still there)" in warning
+        (row,) = _chunks_of(store, "a.md")
+        assert "From two" in row[1]
+
+    def test_a_given_id_keeps_its_stored_path_from_any_root(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "m.md").write_text("---\nid: moved-doc\n---\nText.\n")
+        assert ingestor.ingest_paths([tmp_path]).documents == 1
+        again = ingestor.ingest_paths([tmp_path / "sub"])
+        assert again.documents == 0 and again.skipped == 1
+        with store.connection() as conn:
+            assert conn.execute("SELECT path FROM documents").fetchone() == (
+                "sub/m.md",
+            )
+
+    def test_the_suggested_delete_is_quoted_for_the_shell(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        page = tmp_path / "a.md"
+        page.write_text('---\nid: "-it\'s one"\ntenant: acme corp\n---\nText.\n')
+        ingestor.ingest_paths([tmp_path])
+        page.write_text("---\nid: two\ntenant: acme corp\n---\nText.\n")
+        ((_, reason),) = ingestor.ingest_paths([tmp_path]).failures
+        assert (
+            "retrieval-pipeline delete --tenant 'acme corp' -- '-it'\"'\"'s one'"
+            in reason
+        )
+
     def test_a_changed_front_matter_id_fails_until_the_old_copy_is_deleted(
         self, ingestor: Ingestor, store: Store, tmp_path: Path
     ) -> None:
@@ -307,7 +399,7 @@ class TestFailuresAndPruning:
         summary = ingestor.ingest_paths([tmp_path])
         ((_, reason),) = summary.failures
         assert "already stored as document 'old' (under another id)" in reason
-        assert "retrieval-pipeline delete old" in reason
+        assert "retrieval-pipeline delete -- old" in reason
         assert store.counts()["documents"] == 1
         assert store.delete_document(document_key("", "old"))
         assert ingestor.ingest_paths([tmp_path]).documents == 1

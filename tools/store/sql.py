@@ -286,6 +286,14 @@ JOIN unnest(%s::text[], %s::text[], %s::text[]) AS page (tenant, entity_id, docu
 WHERE r.type = %s AND r.document_id <> page.document_id
 """
 
+# The files that hold some (tenant, source id)s: index documents_tenant_source.
+SOURCES_OF_DOCUMENTS = """
+SELECT d.tenant, d.source_id, d.source_uri
+FROM documents d
+JOIN unnest(%s::text[], %s::text[]) AS wanted (tenant, source_id)
+  ON d.tenant = wanted.tenant AND d.source_id = wanted.source_id
+"""
+
 # The stored documents of some files, by (tenant, source_uri): index
 # documents_tenant_source_uri (migration 008).
 DOCUMENTS_OF_SOURCES = """

@@ -96,6 +96,17 @@ class StoreWrites(StoreConnection):
             ).fetchall()
         return {(r[0], r[1]) for r in rows}
 
+    def stored_source_uris(
+        self, documents: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """The source URI of each stored (tenant, source id) of ``documents``."""
+        if not documents:
+            return {}
+        tenants, ids = [list(column) for column in zip(*documents, strict=True)]
+        with self.connection() as conn:
+            rows = conn.execute(q.SOURCES_OF_DOCUMENTS, (tenants, ids)).fetchall()
+        return {(r[0], r[1]): r[2] for r in rows}
+
     def stored_source_ids(
         self, sources: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], list[tuple[str, str]]]:
