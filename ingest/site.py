@@ -35,8 +35,11 @@ if TYPE_CHECKING:  # the loaders import this module
 
 LINK_RELATION = "links_to"
 PAGE_ENTITY_PREFIX = "page:"
+# A destination is bare (no spaces) or in angle brackets, which may hold spaces
+# (CommonMark: `[t](<my page.md>)`).
 _MARKDOWN_LINK = re.compile(
-    r"(?<!!)\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)"
+    r"(?<!!)\[[^\]\n]*\]\(\s*(?:<([^<>\n]+)>|([^)\s<>]+))"
+    r"(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)"
 )
 _FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+).*?^[ \t]{0,3}\1[ \t]*$", re.M | re.S)
 _EXTERNAL = ("http:", "https:", "mailto:", "ftp:", "javascript:", "data:", "tel:")
@@ -44,7 +47,9 @@ _EXTERNAL = ("http:", "https:", "mailto:", "ftp:", "javascript:", "data:", "tel:
 
 def markdown_links(text: str) -> tuple[str, ...]:
     """The targets of ``[text](target)`` links outside code fences, in order."""
-    return tuple(m.group(1) for m in _MARKDOWN_LINK.finditer(_FENCE.sub("", text)))
+    return tuple(
+        m.group(1) or m.group(2) for m in _MARKDOWN_LINK.finditer(_FENCE.sub("", text))
+    )
 
 
 def page_entity(source_id: str) -> str:

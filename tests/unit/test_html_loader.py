@@ -288,7 +288,8 @@ class TestLinkResolution:
 
     def test_markdown_links_skip_images_and_code(self) -> None:
         text = "[a](x.md) ![i](y.png)\n```\n[b](z.md)\n```\n[c](<w w.md>)"
-        assert markdown_links(text) == ("x.md",)
+        assert markdown_links(text) == ("x.md", "w w.md")  # <...> may hold spaces
+        assert markdown_links("[t](<a.md> \"Title\") [u](b.md 'T')") == ("a.md", "b.md")
 
 
 # GNU Texinfo's HTML (the Octave, Emacs, Guile ... manuals): a node header with rel
