@@ -91,11 +91,13 @@ class IngestSummary:
 
     def fail(self, path: str, reason: str) -> None:
         """Record a file or record that was not ingested, and log it (a WARNING)."""
+        path = _shown(path)
         self.failures.append((path, reason))
         logger.warning("failed: %s: %s", path, reason, extra=_IN_SUMMARY)
 
     def warn(self, path: str, reason: str) -> None:
         """Record a warning about an ingested file, and log it (a WARNING)."""
+        path = _shown(path)
         self.warnings.append((path, reason))
         logger.warning("warning: %s: %s", path, reason, extra=_IN_SUMMARY)
 
@@ -124,6 +126,18 @@ class _Prepared:
     document_id: str
     revision: str
     chunks: list[Chunk]
+
+
+def _shown(path: str) -> str:
+    """A path as the summary says it: a ``file:`` URI as its local path.
+
+    A JSONL record keeps its ``#id``, so every line names files the same way.
+    """
+    local = _file_of(path)
+    if local is None:
+        return path
+    fragment = urlsplit(path).fragment
+    return local + ("#" + unquote(fragment) if fragment else "")
 
 
 def _listed(ids: Sequence[str]) -> str:
