@@ -323,7 +323,7 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
     meta = _merge(sidecar, front)
     rel = _relative(path, defaults.root)
     title = str(meta.pop("title", "") or _first_heading(text[body_start:]) or path.stem)
-    given_id = meta.pop("id", "")
+    given_id, unset = _given_id(meta)
     source_id = str(given_id or rel)
     document = _document(
         path,
@@ -335,9 +335,21 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
         kind,
         meta,
         defaults,
-        warnings=warnings,
+        warnings=warnings + unset,
     )
     return [replace(document, links=links, id_from_path=not given_id)]
+
+
+def _given_id(meta: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """Pop the given ``id``; an empty one (``id:`` or ``id: null``) is a warning.
+
+    The file's path names the document then, as without the key; the warning says
+    so, since an id left empty is more often a template not filled in than a choice.
+    """
+    if "id" in meta and meta["id"] is None:
+        meta.pop("id")
+        return "", ("'id' is empty (null): the file's path names this document",)
+    return str(meta.pop("id", "") or ""), ()
 
 
 def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocument:
@@ -362,14 +374,14 @@ def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocumen
             "retrieval-pipeline[documents]",
         ) from exc
     rel = _relative(path, defaults.root)
-    given_id = meta.pop("id", "")
+    given_id, unset = _given_id(meta)
     source_id = str(given_id or rel)
     content, title = extracted.content, extracted.title
     document = _document(path, source_id, title, rel, content, 0, kind, meta, defaults)
     return dataclasses.replace(
         document,
         pages=extracted.pages,
-        warnings=warnings + extracted.warnings,
+        warnings=warnings + unset + extracted.warnings,
         id_from_path=not given_id,
     )
 
@@ -460,6 +472,12 @@ def _require_strings(path: Path, origin: str, data: dict[str, Any]) -> None:
     """
     for key in _SIDECAR_STRINGS:
         value = data.get(key)
+        if key in ("id", "path") and isinstance(value, str) and not value.strip():
+            raise IngestError(
+                str(path),
+                f"{origin}: '{key}' is blank ({value!r}); give it a value, or remove "
+                "the key to use the file's path",
+            )
         if value is not None and not isinstance(value, str):
             fix = (
                 "write one string"

@@ -427,6 +427,25 @@ class TestTenantBoundary:
             "quote it" in info.value.reason or "write one string" in info.value.reason
         )
 
+    @pytest.mark.parametrize("meta", ['id: ""', 'id: "  "', 'path: ""', "path: ' '"])
+    def test_a_blank_id_or_path_fails_instead_of_naming_the_document(
+        self, tmp_path: Path, meta: str
+    ) -> None:
+        with pytest.raises(IngestError, match="is blank") as info:
+            load_file(front(tmp_path, meta), LoadDefaults())
+        assert "remove the key to use the file's path" in info.value.reason
+
+    @pytest.mark.parametrize("meta", ["id:", "id: null", "id: ~"])
+    def test_an_empty_id_falls_back_to_the_path_with_a_warning(
+        self, tmp_path: Path, meta: str
+    ) -> None:
+        path = front(tmp_path, meta)
+        (doc,) = load_file(path, LoadDefaults(root=tmp_path))
+        assert doc.source_id == path.name and doc.id_from_path
+        assert any("'id' is empty" in w for w in doc.warnings)
+        (plain,) = load_file(front(tmp_path, "title: T"), LoadDefaults(root=tmp_path))
+        assert not plain.warnings
+
     def test_a_numeric_tenant_in_jsonl_metadata_fails_the_file(
         self, tmp_path: Path
     ) -> None:
