@@ -314,7 +314,9 @@ class Ingestor:
         summary = IngestSummary()
         targets = [Path(p) for p in paths]
         sources: list[SourceDocument] = []
-        loaded_from: dict[Path, Path] = {}  # resolved file -> the path it was read at
+        # Each file once, however many paths reach it (`ingest docs docs`, a link
+        # beside its target): resolved file -> [(path, the defaults of its root)].
+        reached: dict[Path, list[tuple[Path, LoadDefaults]]] = {}
         for target in targets:
             root = target if target.is_dir() else target.parent
             defaults = LoadDefaults(
@@ -329,21 +331,24 @@ class Ingestor:
                 summary.fail(exc.path, exc.reason)
                 continue
             for file in files:
-                first = loaded_from.setdefault(file.resolve(), file)
-                if first is not file:  # `ingest docs docs`, a link to a file here
-                    summary.warn(
-                        str(file), f"reached twice (also as {first}): ingested once"
-                    )
-                    continue
-                try:
-                    loaded = load_file(file, defaults)
-                except IngestError as exc:
-                    summary.fail(exc.path, exc.reason)
-                    continue
-                sources.extend(loaded)
-                # A JSONL file's documents share its sidecar, and its warnings.
-                for warning in dict.fromkeys(w for s in loaded for w in s.warnings):
-                    summary.warn(str(file), warning)
+                reached.setdefault(file.resolve(), []).append((file, defaults))
+        for paths in reached.values():
+            # Read at the file itself rather than a link to it (its name, its
+            # title); every path's sidecar is the file's (load_file's aliases).
+            (file, defaults), *others = sorted(paths, key=lambda p: p[0].is_symlink())
+            for other, _ in others:
+                summary.warn(
+                    str(other), f"reached twice (also as {file}): ingested once"
+                )
+            try:
+                loaded = load_file(file, defaults, aliases=[o for o, _ in others])
+            except IngestError as exc:
+                summary.fail(exc.path, exc.reason)
+                continue
+            sources.extend(loaded)
+            # A JSONL file's documents share its sidecar, and its warnings.
+            for warning in dict.fromkeys(w for s in loaded for w in s.warnings):
+                summary.warn(str(file), warning)
         sources = self._one_copy_per_file(sources, summary)
         roots = [directory_uri(t) for t in targets if t.is_dir()]
         site = prepare_pages(

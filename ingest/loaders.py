@@ -284,8 +284,15 @@ def _walk(root: Path, skip: Callable[[object, str], None]) -> list[Path]:
     return sorted(found)
 
 
-def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
-    """Load one file into documents; raise :class:`IngestError` with the reason."""
+def load_file(
+    path: Path, defaults: LoadDefaults, *, aliases: Sequence[Path] = ()
+) -> list[SourceDocument]:
+    """Load one file into documents; raise :class:`IngestError` with the reason.
+
+    ``aliases`` are the other paths this run reached the same file at (a symbolic
+    link beside its target): their metadata sidecars count as the file's own
+    (:func:`sidecars_of`).
+    """
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise IngestError(
@@ -294,9 +301,9 @@ def load_file(path: Path, defaults: LoadDefaults) -> list[SourceDocument]:
             f"supported: {', '.join(sorted(SUFFIXES))}",
         )
     if kind in BINARY_SUFFIXES.values():
-        return [_load_binary(path, kind, defaults)]
+        return [_load_binary(path, kind, defaults, aliases)]
     text = _read_text(path)
-    sidecar, warnings = _read_sidecar(path)
+    sidecar, warnings = _read_sidecar(path, aliases)
     if kind == "jsonl":
         if "id" in sidecar:  # each record is a document with its own _id
             name = next(
@@ -352,10 +359,12 @@ def _given_id(meta: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     return str(meta.pop("id", "") or ""), ()
 
 
-def _load_binary(path: Path, kind: str, defaults: LoadDefaults) -> SourceDocument:
+def _load_binary(
+    path: Path, kind: str, defaults: LoadDefaults, aliases: Sequence[Path] = ()
+) -> SourceDocument:
     """A PDF or DOCX: parsed by its library, never decoded as text."""
     _check_size(path, MAX_BINARY_BYTES)
-    meta, warnings = _read_sidecar(path)
+    meta, warnings = _read_sidecar(path, aliases)
     given_title = str(meta.pop("title", "") or "")
     library = "pypdfium2" if kind == "pdf" else "python-docx"
     try:
@@ -418,26 +427,62 @@ def _read_text(path: Path) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _read_sidecar(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+def sidecars_of(path: Path, aliases: Sequence[Path] = ()) -> list[Path]:
+    """The metadata sidecars of the file at ``path``, one per sidecar file.
+
+    A sidecar is looked for beside ``path``, beside each alias and, when a path is
+    a symbolic link, beside the file it links to. One file has one set of
+    metadata however it is reached: a link read before its target (``a.md`` ->
+    ``z.md``) used to miss ``z.md.meta.yaml``, and the ``principals`` in it.
+    """
+    places: dict[Path, Path] = {}
+    for place in (path, *aliases):
+        places.setdefault(place.absolute(), place)
+        try:
+            real = place.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue  # its loader says why it cannot be read
+        places.setdefault(real, real)
+    found: dict[Path, Path] = {}
+    for place in places.values():
+        for suffix in SIDECAR_SUFFIXES:
+            sidecar = place.with_name(place.name + suffix)
+            if sidecar.exists():
+                found.setdefault(sidecar.resolve(), sidecar)
+    return list(found.values())
+
+
+def _read_sidecar(
+    path: Path, aliases: Sequence[Path] = ()
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The metadata of ``path``'s sidecar ({} without one) and warnings about it.
 
     Raises:
-        IngestError: for two sidecars, an unreadable one, a known key of the wrong
-            type, or a key that misspells an access-control key.
+        IngestError: for two sidecars (beside the file, a link to it or its target),
+            an unreadable one, a known key of the wrong type, or a key that
+            misspells an access-control key.
     """
-    found = [
-        sidecar
-        for sidecar in (path.with_name(path.name + s) for s in SIDECAR_SUFFIXES)
-        if sidecar.exists()
-    ]
+    found = sidecars_of(path, aliases)
     if not found:
-        _refuse_misnamed_sidecar(path)
+        for place in dict.fromkeys((path, *aliases, path.resolve())):
+            _refuse_misnamed_sidecar(place)
         return {}, ()
     if len(found) > 1:
+        here = path.parent.absolute()
+        names = ", ".join(
+            s.name if s.parent.absolute() == here else str(s) for s in found
+        )
+        linked = any(p.is_symlink() for p in (path, *aliases))
         raise IngestError(
             str(path),
-            f"more than one metadata sidecar ({', '.join(s.name for s in found)}); "
-            "keep one: merge them into it and delete the others",
+            f"more than one metadata sidecar ({names}); "
+            + (
+                "a symbolic link and the file it links to are one document with one "
+                "set of metadata: keep the sidecar beside the target and delete the "
+                "others"
+                if linked
+                else "keep one: merge them into it and delete the others"
+            ),
         )
     sidecar = found[0]
     try:

@@ -285,6 +285,48 @@ class TestFailuresAndPruning:
         assert "reached twice (also as " in warning and "ingested once" in warning
         assert store.counts()["documents"] == 1
 
+    @pytest.mark.parametrize("reached", ["link and target", "link alone"])
+    def test_a_link_read_before_its_target_keeps_the_targets_sidecar_acl(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path, reached: str
+    ) -> None:
+        # `a.md` sorts before `z.md`: the link used to be read first, beside no
+        # sidecar, and the salaries page was stored public.
+        (tmp_path / "z.md").write_text("# Salaries\n\nPay bands by level.\n")
+        (tmp_path / "z.md.meta.yaml").write_text("principals: [hr]\n")
+        (tmp_path / "a.md").symlink_to("z.md")
+        target = tmp_path if reached == "link and target" else tmp_path / "a.md"
+        summary = ingestor.ingest_paths([target])
+        assert summary.documents == 1 and summary.failures == []
+        if reached == "link and target":
+            ((path, warning),) = summary.warnings
+            assert path.endswith("a.md") and f"also as {tmp_path / 'z.md'}" in warning
+        with store.connection() as conn:
+            rows = conn.execute("SELECT DISTINCT acl FROM chunks").fetchall()
+        assert rows == [(["hr"],)]
+
+    def test_a_sidecar_beside_a_link_counts_and_two_for_one_file_fail(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        (tmp_path / "z.md").write_text("# Salaries\n\nPay bands by level.\n")
+        (tmp_path / "a.md").symlink_to("z.md")
+        (tmp_path / "a.md.meta.yaml").write_text("principals: [hr]\n")
+        # The target is read (it is not a link), with the link's sidecar.
+        assert ingestor.ingest_paths([tmp_path]).documents == 1
+        with store.connection() as conn:
+            assert conn.execute("SELECT DISTINCT acl FROM chunks").fetchall() == [
+                (["hr"],)
+            ]
+        (tmp_path / "z.md.meta.yaml").write_text("principals: [eng]\n")
+        (tmp_path / "z.md").write_text("# Salaries\n\nPay bands, revised.\n")
+        summary = ingestor.ingest_paths([tmp_path])
+        ((path, reason),) = summary.failures
+        assert path.endswith("z.md") and "more than one metadata sidecar" in reason
+        assert "keep the sidecar beside the target" in reason
+        with store.connection() as conn:  # the stored copy is untouched
+            assert conn.execute("SELECT DISTINCT acl FROM chunks").fetchall() == [
+                (["hr"],)
+            ]
+
     def test_a_file_ingested_from_another_root_updates_its_stored_copy(
         self, ingestor: Ingestor, store: Store, tmp_path: Path
     ) -> None:
