@@ -332,10 +332,12 @@ class Ingestor:
                 continue
             for file in files:
                 reached.setdefault(file.resolve(), []).append((file, defaults))
-        for paths in reached.values():
+        for reaching in reached.values():
             # Read at the file itself rather than a link to it (its name, its
             # title); every path's sidecar is the file's (load_file's aliases).
-            (file, defaults), *others = sorted(paths, key=lambda p: p[0].is_symlink())
+            (file, defaults), *others = sorted(
+                reaching, key=lambda p: p[0].is_symlink()
+            )
             for other, _ in others:
                 summary.warn(
                     str(other), f"reached twice (also as {file}): ingested once"
