@@ -94,8 +94,16 @@ SUFFIXES = {**TEXT_SUFFIXES, **BINARY_SUFFIXES}
 SIDECAR_SUFFIXES = (".meta.json", ".meta.yaml", ".meta.yml")
 MAX_FILE_BYTES = 50 * 1024 * 1024  # larger single files are almost surely not prose
 MAX_BINARY_BYTES = 200 * 1024 * 1024  # a PDF's images count too; its text is far less
+# Front matter: `---` on the first line, closed by `---` or YAML's end marker `...`
+# (as Jekyll and pandoc read it); it may be empty.
 _FRONT_MATTER = re.compile(
-    r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL
+    r"\A---[ \t]*\r?\n(?:(.*?)\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL
+)
+# A `---` line, after blank lines or none, followed by a `key:` line: meant as
+# front matter. Not read as such, its `principals:` would be indexed as text and the
+# document stored public.
+_MEANT_AS_FRONT_MATTER = re.compile(
+    r"\A(?P<blank>(?:[ \t]*\r?\n)*)---[ \t]*\r?\n[ \t]*[A-Za-z_][\w.-]*[ \t]*:(?:[ \t]|\r?\n|\Z)"
 )
 _SIDECAR_KEYS = (
     "id",
@@ -637,15 +645,41 @@ def _near_miss(key: str) -> str | None:
 def _front_matter(path: Path, text: str) -> tuple[dict[str, Any], int]:
     match = _FRONT_MATTER.match(text)
     if not match:
+        _refuse_unread_front_matter(path, text)
         return {}, 0
     try:
-        data = yaml.safe_load(match.group(1)) or {}
+        data = yaml.safe_load(match.group(1) or "") or {}
     except yaml.YAMLError as exc:
         raise IngestError(str(path), f"bad YAML front matter: {exc}") from exc
     if not isinstance(data, dict):
         raise IngestError(str(path), "front matter must be a mapping of keys")
     _require_strings(path, "front matter", data)
     return data, match.end()
+
+
+def _refuse_unread_front_matter(path: Path, text: str) -> None:
+    """Fail a file that opens front matter which is not read as front matter.
+
+    A block never closed (a closing line typed ``--``, or none) or one after blank
+    lines would be indexed as body text, its ``principals`` with it: the document
+    would be stored public. Access control fails closed instead.
+    """
+    meant = _MEANT_AS_FRONT_MATTER.match(text)
+    if meant is None:
+        return
+    blank = meant.group("blank").count("\n")
+    if blank:
+        raise IngestError(
+            str(path),
+            f"front matter must start on the first line, but line {blank + 1} opens "
+            f"it after {blank} blank line{'s' if blank > 1 else ''}: remove "
+            f"{'them' if blank > 1 else 'it'}",
+        )
+    raise IngestError(
+        str(path),
+        "front matter opened on line 1 is never closed: end it with a line '---' "
+        "(or '...'); if the first line is a horizontal rule, write it as '***'",
+    )
 
 
 def _merge(*layers: dict[str, Any]) -> dict[str, Any]:

@@ -91,6 +91,40 @@ class TestMarkdown:
             load_file(path, DEFAULTS)
         assert info.value.path.endswith("bad.md")
 
+    @pytest.mark.parametrize(
+        ("text", "reason"),
+        [
+            # Each used to be indexed as body text: the document was stored public.
+            ("---\nprincipals: [finance]\n# Pay\npay bands\n", "never closed"),
+            ("---\nprincipals: [finance]\n--\n# Pay\npay bands\n", "never closed"),
+            ("\n---\nprincipals: [finance]\n---\npay bands\n", "after 1 blank line"),
+            ("\n \n---\nacl: [finance]\n---\npay\n", "line 3 opens it after 2"),
+        ],
+    )
+    def test_front_matter_that_is_not_read_fails_closed(
+        self, tmp_path: Path, text: str, reason: str
+    ) -> None:
+        path = write(tmp_path / "pay.md", text)
+        with pytest.raises(IngestError, match=reason) as info:
+            load_file(path, DEFAULTS)
+        assert info.value.path.endswith("pay.md")
+
+    @pytest.mark.parametrize(
+        ("text", "principals", "body"),
+        [
+            ("---\nprincipals: [finance]\n...\npay bands\n", ("finance",), "pay"),
+            ("---\n---\npay bands\n", DEFAULTS.principals, "pay"),  # empty
+            ("---\n\nA rule, then text.\n", DEFAULTS.principals, "---"),  # a rule
+            ("---\n# Heading\ntext\n", DEFAULTS.principals, "---"),
+        ],
+    )
+    def test_front_matter_closed_by_dots_or_empty_and_a_leading_rule(
+        self, tmp_path: Path, text: str, principals: tuple[str, ...], body: str
+    ) -> None:
+        (doc,) = load_file(write(tmp_path / "pay.md", text), DEFAULTS)
+        assert doc.principals == principals
+        assert doc.content[doc.body_start :].startswith(body)
+
     def test_bad_sidecar_is_reported(self, tmp_path: Path) -> None:
         path = write(tmp_path / "s.md", "text\n")
         write(tmp_path / "s.md.meta.json", "{not json")
