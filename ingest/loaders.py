@@ -103,7 +103,8 @@ _FRONT_MATTER = re.compile(
 # front matter. Not read as such, its `principals:` would be indexed as text and the
 # document stored public.
 _MEANT_AS_FRONT_MATTER = re.compile(
-    r"\A(?P<blank>(?:[ \t]*\r?\n)*)---[ \t]*\r?\n[ \t]*[A-Za-z_][\w.-]*[ \t]*:(?:[ \t]|\r?\n|\Z)"
+    r"\A(?P<blank>(?:[ \t]*\r?\n)*)---[ \t]*\r?\n"
+    r"[ \t]*[A-Za-z_][\w.-]*[ \t]*:(?:[ \t]|\r?\n|\Z)"
 )
 _SIDECAR_KEYS = (
     "id",
