@@ -24,6 +24,7 @@ Scope rules (:func:`scope_for`):
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import hmac
 import json
@@ -117,6 +118,7 @@ class ApiKeys:
             where = f"{file}: keys[{index}]"
             if not isinstance(entry, Mapping) or not entry.get("name"):
                 raise ConfigurationError(f"{where} needs a 'name'")
+            _refuse_unknown_fields(entry, where)
             principals = entry.get("principals", [])
             if not isinstance(principals, list) or not all(
                 isinstance(p, str) and p.strip() for p in principals
@@ -125,8 +127,13 @@ class ApiKeys:
                     f"{where}: 'principals' must be a list of non-empty strings"
                 )
             tenant = entry.get("tenant")
-            if tenant is not None and not (isinstance(tenant, str) and tenant):
-                raise ConfigurationError(f"{where}: 'tenant' must be a string")
+            if "tenant" in entry and not (isinstance(tenant, str) and tenant.strip()):
+                # `tenant:` or `tenant: null` would read as "no tenant": the key
+                # would see the untenanted documents instead of its tenant's.
+                raise ConfigurationError(
+                    f"{where}: 'tenant' must be a non-empty string, got {tenant!r}; "
+                    "remove the key for a key with no tenant"
+                )
             digest = _entry_digest(entry, where)
             if digest in keys.by_digest:
                 raise ConfigurationError(f"{where}: duplicate key")
@@ -146,6 +153,35 @@ class ApiKeys:
             if hmac.compare_digest(candidate, digest):
                 found = identity
         return found
+
+
+_ENTRY_FIELDS = frozenset(
+    {"name", "key_env", "sha256", "principals", "tenant", "grants"}
+)
+MIN_KEY_LENGTH = 16
+"""Shortest key read from ``key_env``: shorter ones can be guessed."""
+
+
+def _refuse_unknown_fields(entry: Mapping[str, Any], where: str) -> None:
+    """Refuse a field a key entry does not have (``tennant: acme``, ``tenants``).
+
+    Ignored, a misspelt ``tenant`` would give the key no tenant, and so the
+    untenanted documents: the file fails closed, as ingest does.
+    """
+    unknown = sorted(str(k) for k in entry if k not in _ENTRY_FIELDS)
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name.lower(), sorted(_ENTRY_FIELDS), n=1)
+        if close:
+            hints.append(f"'{name}' (did you mean '{close[0]}'?)")
+        else:
+            hints.append(f"'{name}'")
+    raise ConfigurationError(
+        f"{where}: unknown field{'s' if len(unknown) > 1 else ''} "
+        f"{', '.join(hints)}; an entry has {', '.join(sorted(_ENTRY_FIELDS))}"
+    )
 
 
 def _grants(value: object, where: str) -> frozenset[str]:
@@ -169,6 +205,12 @@ def _entry_digest(entry: Mapping[str, Any], where: str) -> bytes:
         if not value:
             raise ConfigurationError(
                 f"{where}: environment variable {entry['key_env']} is not set"
+            )
+        if len(value) < MIN_KEY_LENGTH:
+            raise ConfigurationError(
+                f"{where}: the key in {entry['key_env']} has {len(value)} characters; "
+                f"a key needs at least {MIN_KEY_LENGTH}: make one with python -c "
+                "'import secrets; print(secrets.token_urlsafe(32))'"
             )
         return hashlib.sha256(value.encode("utf-8")).digest()
     if entry.get("sha256"):

@@ -14,7 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from langchain_core.runnables import (
     Runnable,
     RunnableBinding,
@@ -216,6 +221,10 @@ def create_app(
         title="retrieval-pipeline",
         description="Ranked, deduplicated, token-budgeted context with provenance.",
         version="0.1.0",
+        # No redirect to the slash-less route: Starlette's names the request's
+        # Host header, so a rewritten Host would send a client, with its POST body
+        # and key, to another server. `/retrieve/invoke/` is a 404 instead.
+        redirect_slashes=False,
     )
     app.router.add_event_handler("shutdown", remove_listener)
     executor = ServeExecutor()
@@ -350,6 +359,12 @@ def _add_playground(app: FastAPI, served: Runnable[Any, Any], path: str) -> None
         )
 
     app.get(path + "/playground/{file_path:path}", include_in_schema=False)(playground)
+
+    async def to_playground() -> Response:
+        # Relative, so that it names no host (the app does not redirect slashes).
+        return RedirectResponse("playground/", status_code=307)
+
+    app.get(path + "/playground", include_in_schema=False)(to_playground)
 
 
 def playground_schema(schema: Any, *, drop: tuple[str, ...] = ()) -> Any:

@@ -61,6 +61,7 @@ META_ROUTES = {  # no document data; a key is still required
     ("/retrieve/output_schema", "GET"),
     ("/retrieve/config_schema", "GET"),
     ("/retrieve/playground/{file_path:path}", "GET"),
+    ("/retrieve/playground", "GET"),  # a relative redirect to the page
     ("/openapi.json", "GET"),
     ("/docs", "GET"),
     ("/docs/oauth2-redirect", "GET"),
@@ -441,6 +442,32 @@ class TestSecondOutsideProbe:
                 {"status_code": 500, "message": "Internal Server Error"}
             ]
             assert "ZeroDivisionError" not in bug.text
+
+
+class TestThirdOutsideProbe:
+    """What an outside probe of the server found on 2026-12-03."""
+
+    def test_no_redirect_names_the_host_header(self, world: World) -> None:
+        # Starlette's slash redirect was `location: http://evil.example/...`, a 307
+        # that resends the POST body to the host the header named.
+        key = world.keys[0]
+        headers = {**_headers(key), "Host": "evil.example"}
+        for path in sorted({p for p, _ in DATA_ROUTES}):
+            response = world.http.post(
+                path + "/", json={"input": {"question": "x"}}, headers=headers
+            )
+            # A 404, or the guard's 400 for a body that is not this route's shape.
+            assert response.status_code in (400, 404), path
+            assert "location" not in response.headers, path
+        page = world.http.get(
+            "/retrieve/playground", headers=headers, follow_redirects=False
+        )
+        assert page.status_code == 307
+        assert page.headers["location"] == "playground/"  # relative: no host
+        shown = world.http.get(
+            "/retrieve/playground", headers=_headers(key), follow_redirects=True
+        )
+        assert shown.status_code == 200 and "<html" in shown.text.lower()
 
 
 class TestAgentServerBinding:

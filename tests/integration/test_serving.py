@@ -68,6 +68,9 @@ def app_for(store: Any, pipeline: Any, **kwargs: Any) -> Any:
     )
 
 
+_KEY = "keys:\n  - name: x\n    sha256: " + "ab" * 32  # a valid entry
+
+
 class TestStreamingAndTraces:
     def test_stage_progress_streams_as_updates_and_custom_events(
         self, pipeline: Any
@@ -350,8 +353,8 @@ class TestLangServe:
 class TestApiKeys:
     @pytest.fixture()
     def keys(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ApiKeys:
-        monkeypatch.setenv("RP_TEST_FINANCE_KEY", "finance-secret")
-        digest = hashlib.sha256(b"public-secret").hexdigest()
+        monkeypatch.setenv("RP_TEST_FINANCE_KEY", "finance-secret-key")
+        digest = hashlib.sha256(b"public-secret-key").hexdigest()
         path = tmp_path / "keys.yaml"
         path.write_text(
             "keys:\n"
@@ -363,7 +366,7 @@ class TestApiKeys:
             "    principals: []\n"
             "    tenant: other\n"
             "  - name: monitoring\n"
-            f"    sha256: {hashlib.sha256(b'metrics-secret').hexdigest()}\n"
+            f"    sha256: {hashlib.sha256(b'metrics-secret-key').hexdigest()}\n"
             "    grants: [metrics]\n"
         )
         return ApiKeys.load(path)
@@ -385,8 +388,8 @@ class TestApiKeys:
         ):
             assert self.invoke(http, None).status_code == 401
             assert self.invoke(http, "wrong").status_code == 401
-            finance = self.invoke(http, "finance-secret")
-            narrowed = self.invoke(http, "finance-secret", principals=["ops"])
+            finance = self.invoke(http, "finance-secret-key")
+            narrowed = self.invoke(http, "finance-secret-key", principals=["ops"])
             # The public key claims finance in the body: ignored; its tenant "other"
             # holds no documents, so nothing comes back.
             spoofed = http.post(
@@ -398,13 +401,17 @@ class TestApiKeys:
                         "tenant": None,
                     }
                 },
-                headers={"X-API-Key": "public-secret"},
+                headers={"X-API-Key": "public-secret-key"},
             )
             assert (
-                http.get("/metrics", headers={"X-API-Key": "public-secret"}).status_code
+                http.get(
+                    "/metrics", headers={"X-API-Key": "public-secret-key"}
+                ).status_code
                 == 403
             )
-            metrics = http.get("/metrics", headers={"X-API-Key": "metrics-secret"}).text
+            metrics = http.get(
+                "/metrics", headers={"X-API-Key": "metrics-secret-key"}
+            ).text
 
         def docs(response: Any) -> set[str]:
             assert response.status_code == 200, response.text
@@ -422,7 +429,7 @@ class TestApiKeys:
         assert (
             'rp_permission_rejections_total{reason="tenant_overridden"} 1.0' in metrics
         )
-        assert "finance-secret" not in metrics
+        assert "finance-secret-key" not in metrics
 
     @pytest.mark.parametrize(
         ("text", "message"),
@@ -433,6 +440,11 @@ class TestApiKeys:
             ("keys:\n  - name: x\n    key_env: RP_UNSET_KEY_VAR", "is not set"),
             ("keys:\n  - name: x", "needs 'key_env' or 'sha256'"),
             ("keys: [", "cannot read"),
+            # Fail closed: each of these used to give a key with no tenant.
+            (f"{_KEY}\n    tennant: acme", r"'tennant' \(did you mean 'tenant'\?\)"),
+            (f"{_KEY}\n    tenants: [acme]", "unknown field 'tenants'"),
+            (f"{_KEY}\n    tenant:", "'tenant' must be a non-empty string, got None"),
+            (f"{_KEY}\n    tenant: ''", "non-empty string, got ''"),
         ],
     )
     def test_bad_key_files_are_clear(
@@ -442,6 +454,17 @@ class TestApiKeys:
         path.write_text(text)
         with pytest.raises(ConfigurationError, match=message):
             ApiKeys.load(path)
+
+    def test_a_short_key_in_the_environment_is_refused(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "keys.yaml"
+        path.write_text("keys:\n  - name: x\n    key_env: RP_SHORT_KEY\n")
+        monkeypatch.setenv("RP_SHORT_KEY", "x")
+        with pytest.raises(ConfigurationError, match="has 1 characters; a key needs"):
+            ApiKeys.load(path)
+        monkeypatch.setenv("RP_SHORT_KEY", "k" * 16)
+        assert len(ApiKeys.load(path).by_digest) == 1
 
     def test_refuses_public_bind_without_keys(
         self, monkeypatch: pytest.MonkeyPatch
@@ -508,9 +531,9 @@ class TestWorkers:
             **os.environ,
             "DATABASE_URL": url,
             "HF_HUB_OFFLINE": "1",
-            "RP_W_FINANCE": "finance-secret",
-            "RP_W_PUBLIC": "public-secret",
-            "RP_W_METRICS": "metrics-secret",
+            "RP_W_FINANCE": "finance-secret-key",
+            "RP_W_PUBLIC": "public-secret-key",
+            "RP_W_METRICS": "metrics-secret-key",
         }
         env.pop("RETRIEVAL_PIPELINE_API_KEYS", None)
         cli = str(Path(sys.executable).with_name("retrieval-pipeline"))
@@ -527,7 +550,7 @@ class TestWorkers:
         base = f"http://127.0.0.1:{port}"
 
         def metrics(http: httpx.Client) -> str:
-            response = http.get("/metrics", headers={"X-API-Key": "metrics-secret"})
+            response = http.get("/metrics", headers={"X-API-Key": "metrics-secret-key"})
             assert response.status_code == 200
             return response.text
 
@@ -563,8 +586,8 @@ class TestWorkers:
 
             assert invoke(None).status_code == 401
             with ThreadPoolExecutor(4) as pool:
-                answers = list(pool.map(invoke, ["finance-secret"] * 6))
-                public = list(pool.map(invoke, ["public-secret"] * 2))
+                answers = list(pool.map(invoke, ["finance-secret-key"] * 6))
+                public = list(pool.map(invoke, ["public-secret-key"] * 2))
             for response in answers + public:
                 assert response.status_code == 200, response.text
             for response in answers:
@@ -596,7 +619,7 @@ class TestWorkers:
                 ).fetchone()
             assert backends is not None and backends[0] <= 6
             _kill_one_worker_and_see_it_replaced(server.pid, base, metrics)
-            assert invoke("finance-secret").status_code == 200
+            assert invoke("finance-secret-key").status_code == 200
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             try:

@@ -99,10 +99,10 @@ def keyed_server(
         tmp_path,
         {
             "RETRIEVAL_PIPELINE_API_KEYS": str(keys),
-            "RP_STUDIO_PUBLIC_KEY": "public-secret",
-            "RP_STUDIO_FINANCE_KEY": "finance-secret",
-            "RP_STUDIO_OTHER_KEY": "other-secret",
-            "RP_STUDIO_METRICS_KEY": "metrics-secret",
+            "RP_STUDIO_PUBLIC_KEY": "public-secret-key",
+            "RP_STUDIO_FINANCE_KEY": "finance-secret-key",
+            "RP_STUDIO_OTHER_KEY": "other-secret-key",
+            "RP_STUDIO_METRICS_KEY": "metrics-secret-key",
         },
     )
 
@@ -283,16 +283,16 @@ def test_agent_server_runs_hold_the_api_keys_scope(keyed_server: str) -> None:
 
     assert run(None).status_code in (401, 403)
     assert run("wrong").status_code in (401, 403)
-    finance = docs(run("finance-secret"))
+    finance = docs(run("finance-secret-key"))
     assert RESTRICTED_DOC in finance
     # A run's principals narrow the key's grant; they never widen it.
-    assert RESTRICTED_DOC not in docs(run("finance-secret", principals=[]))
-    spoofed = run("public-secret", principals=["finance", "security"], tenant=None)
+    assert RESTRICTED_DOC not in docs(run("finance-secret-key", principals=[]))
+    spoofed = run("public-secret-key", principals=["finance", "security"], tenant=None)
     assert RESTRICTED_DOC not in docs(spoofed)
     # The tenant is always the key's: "other" holds no documents.
-    assert docs(run("other-secret", tenant=None)) == set()
+    assert docs(run("other-secret-key", tenant=None)) == set()
     # Debug details need the debug grant.
-    debug = run("finance-secret", debug=True).json()["retrieval_debug"]
+    debug = run("finance-secret-key", debug=True).json()["retrieval_debug"]
     assert "stage_ms" not in debug and "index_revision" not in debug
     # The agent's pipeline subgraph holds the same scope.
     with httpx.Client(base_url=keyed_server, timeout=120) as http:
@@ -305,7 +305,7 @@ def test_agent_server_runs_hold_the_api_keys_scope(keyed_server: str) -> None:
                     "principals": ["finance", "security"],
                 },
             },
-            headers={"X-API-Key": "public-secret"},
+            headers={"X-API-Key": "public-secret-key"},
         )
     assert agent.status_code == 200, agent.text
     cited = {c.get("document_id") for c in agent.json()["citations"]}
@@ -316,9 +316,9 @@ def test_agent_server_runs_hold_the_api_keys_scope(keyed_server: str) -> None:
         assert http.get("/healthz").json() == {"status": "ok"}
         assert http.get("/metrics").status_code == 401
         assert http.get("/metrics", headers={"X-API-Key": "wrong"}).status_code == 401
-        denied = http.get("/metrics", headers={"X-API-Key": "finance-secret"})
+        denied = http.get("/metrics", headers={"X-API-Key": "finance-secret-key"})
         assert denied.status_code == 403
-        metrics = http.get("/metrics", headers={"X-API-Key": "metrics-secret"})
+        metrics = http.get("/metrics", headers={"X-API-Key": "metrics-secret-key"})
         assert metrics.status_code == 200, metrics.text
     assert 'rp_queries_total{path="pipeline"}' in metrics.text
     assert 'rp_permission_rejections_total{reason="missing_key"} 1.0' in metrics.text
