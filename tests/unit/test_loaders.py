@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,34 @@ class TestMarkdown:
         (doc,) = load_file(write(tmp_path / "pay.md", text), DEFAULTS)
         assert doc.principals == principals
         assert doc.content[doc.body_start :].startswith(body)
+
+    def test_yaml_aliases_are_refused_in_front_matter_and_sidecars(
+        self, tmp_path: Path
+    ) -> None:
+        # Nine-fold per level: 7 levels of this were 39 MB of stored metadata.
+        levels = ['a0: &a0 ["lol", "lol", "lol"]'] + [
+            f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 7)
+        ]
+        path = write(tmp_path / "bomb.md", "---\n" + "\n".join(levels) + "\n---\nx\n")
+        with pytest.raises(IngestError, match=r"an alias \(\*a0\) is not read"):
+            load_file(path, DEFAULTS)
+        plain = write(tmp_path / "p.md", "text\n")
+        write(tmp_path / "p.md.meta.yaml", "a: &x [1]\nb: *x\n")
+        with pytest.raises(IngestError, match=r"bad metadata sidecar .*alias \(\*x\)"):
+            load_file(plain, DEFAULTS)
+
+    def test_a_file_name_that_is_not_utf8_is_listed_not_ingested(
+        self, tmp_path: Path
+    ) -> None:
+        bad = Path(os.fsdecode(os.fsencode(tmp_path) + b"/bad\xffname.md"))
+        bad.write_text("# Bad\n\nbody\n")
+        write(tmp_path / "ok.md", "# Ok\n\nbody\n")
+        skipped: list[tuple[str, str]] = []
+        assert list(discover([tmp_path], skipped)) == [tmp_path / "ok.md"]
+        ((where, reason),) = skipped
+        assert where.endswith("bad\\xffname.md") and "not valid UTF-8" in reason
+        with pytest.raises(IngestError, match="not valid UTF-8"):
+            list(discover([bad]))
 
     def test_bad_sidecar_is_reported(self, tmp_path: Path) -> None:
         path = write(tmp_path / "s.md", "text\n")
