@@ -340,13 +340,38 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             )
         )
         for path, reason in summary.failures:
-            print(f"  failed: {path}: {reason}", file=sys.stderr)
+            print(f"  failed: {_shown(path)}: {_shown(reason)}", file=sys.stderr)
         for path, reason in summary.warnings:
-            print(f"  warning: {path}: {reason}", file=sys.stderr)
+            print(f"  warning: {_shown(path)}: {_shown(reason)}", file=sys.stderr)
         _print_not_ingested(summary.not_ingested)
     # Any failed file fails the command (the others are ingested): a script or CI
     # job must see it.
     return 1 if summary.failed else 0
+
+
+_CONTROLS = {
+    c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+    for c in (
+        *range(0x00, 0x20),
+        *range(0x7F, 0xA0),  # DEL and the C1 controls (CSI, OSC)
+        0x061C,
+        0x200E,
+        0x200F,
+        *range(0x202A, 0x202F),  # bidi embeddings and overrides
+        *range(0x2066, 0x206A),  # bidi isolates
+    )
+}
+
+
+def _shown(text: object) -> str:
+    """Text from documents and file names, safe on a terminal.
+
+    Control characters and bidi overrides are shown escaped (ESC as the four
+    characters backslash, x, 1, b): a hostile page could otherwise recolour or
+    hide text, or move the cursor to rewrite its own provenance line. ``--json``
+    stays exact.
+    """
+    return str(text).translate(_CONTROLS)
 
 
 def _print_not_ingested(left_out: list[tuple[str, str]], examples: int = 3) -> None:
@@ -355,7 +380,7 @@ def _print_not_ingested(left_out: list[tuple[str, str]], examples: int = 3) -> N
     for path, reason in left_out:
         by_reason.setdefault(reason, []).append(path)
     for reason, paths in sorted(by_reason.items()):
-        shown = ", ".join(paths[:examples])
+        shown = ", ".join(_shown(p) for p in paths[:examples])
         more = f" and {len(paths) - examples} more" if len(paths) > examples else ""
         print(
             f"  not ingested ({len(paths)}): {reason}: {shown}{more}", file=sys.stderr
@@ -405,14 +430,15 @@ def _cmd_query(args: argparse.Namespace) -> int:
         tag = "  [graph]" if chunk["graph_boosted"] else ""
         score = chunk.get("rerank_score", chunk["score"])
         print(
-            f"{rank}. [{score:.4f}] {chunk['document_id']} :: {heading}  ({ranks}){tag}"
+            f"{rank}. [{score:.4f}] {_shown(chunk['document_id'])} :: "
+            f"{_shown(heading)}  ({ranks}){tag}"
         )
         from retrieval_pipeline.tools.store.records import page_label
 
         pages = page_label(chunk.get("page_start"), chunk.get("page_end"))
         where = f"{chunk['source_uri']} {pages}" if pages else chunk["source_uri"]
-        print(f"   {where}  chars {chunk['char_start']}-{chunk['char_end']}")
-        snippet = " ".join(chunk["text"].split())
+        print(f"   {_shown(where)}  chars {chunk['char_start']}-{chunk['char_end']}")
+        snippet = _shown(" ".join(chunk["text"].split()))
         print(f"   {snippet[:240]}{'...' if len(snippet) > 240 else ''}")
     debug = output["retrieval_debug"]
     print(
@@ -431,7 +457,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     with open_store() as store:
         for doc_id in args.doc_ids:
             if store.delete_document(document_key(args.tenant or "", doc_id)):
-                print(f"deleted: {doc_id}")
+                print(f"deleted: {_shown(doc_id)}")
             else:
                 missing.append(doc_id)
     where = f"tenant {args.tenant!r}" if args.tenant else "no tenant"

@@ -30,6 +30,29 @@ class TestCli:
         assert out.startswith("1. [")
         assert "runbooks/err-conn-reset" in out and "file://" in out
 
+    def test_terminal_controls_from_documents_are_shown_escaped(
+        self,
+        store: Store,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        # A page that recolours its text and moves the cursor up to overwrite its
+        # own provenance line; the name of a file is printed too.
+        page = tmp_path / "esc\x1b[2Jpage.md"
+        page.write_text(
+            "# \x1b[31mHead\x1b[0m\n\nokapi9 \x1b[1A\x1b[2K file:///trusted.md "
+            "\u202eevil \x9b\x07 bell\n"
+        )
+        assert main(["ingest", str(tmp_path), "--no-progress"]) == 0
+        capsys.readouterr()
+        assert main(["query", "okapi9", "--no-understanding", "--limit", "1"]) == 0
+        out = capsys.readouterr().out
+        assert "okapi9" in out
+        assert not any(c in out for c in "\x1b\x07\x9b\u202e")
+        assert "\\x1b[1A" in out and "\\u202e" in out and "esc\\x1b[2Jpage" in out
+        assert main(["query", "okapi9", "--no-understanding", "--json"]) == 0
+        assert "\u202e" in json.loads(capsys.readouterr().out)["chunks"][0]["text"]
+
     def test_query_json_is_the_machine_form(
         self, ingested: Store, capsys: pytest.CaptureFixture[str]
     ) -> None:
