@@ -776,6 +776,7 @@ def _load_jsonl(
     defaults: LoadDefaults,
     warnings: tuple[str, ...] = (),
 ) -> Iterator[SourceDocument]:
+    first_line: dict[str, int] = {}  # record id -> the line it is on
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
@@ -790,6 +791,23 @@ def _load_jsonl(
         body = record.get("text")
         if source_id in (None, "") or not isinstance(body, str):
             raise IngestError(where, "a BEIR record needs '_id' and a string 'text'")
+        if isinstance(source_id, bool) or not isinstance(source_id, str | int):
+            raise IngestError(
+                where,
+                f"'_id' must be a string (or an integer), got "
+                f"{type(source_id).__name__} {source_id!r}",
+            )
+        source_id = str(source_id)
+        if source_id in first_line:
+            # The whole file fails, as for any other bad line: keeping the first
+            # record wrote half the file while it was reported failed.
+            raise IngestError(
+                where,
+                f"duplicate '_id' {source_id!r} (also on line "
+                f"{first_line[source_id]}); ids are unique within a file, so "
+                "nothing of it is ingested",
+            )
+        first_line[source_id] = number
         for key in record:
             if key in ACCESS_KEYS or looks_like_access_control(key):
                 raise IngestError(

@@ -238,16 +238,29 @@ class TestFailuresAndPruning:
         tmp_path: Path,
         caplog: pytest.LogCaptureFixture,
     ) -> None:
-        write_jsonl(
-            tmp_path / "c.jsonl", [{"_id": "1", "text": "a"}, {"_id": "1", "text": "b"}]
-        )
-        summary = ingestor.ingest_paths([tmp_path / "c.jsonl"])
+        write_jsonl(tmp_path / "c.jsonl", [{"_id": "1", "text": "a"}])
+        write_jsonl(tmp_path / "d.jsonl", [{"_id": "1", "text": "b"}])
+        summary = ingestor.ingest_paths([tmp_path])
         assert (
             summary.documents == 1 and "duplicate document id" in summary.failures[0][1]
         )
         # Every failure is logged for library callers, not only the loader's.
         (record,) = [r for r in caplog.records if "duplicate document id" in r.message]
         assert record.levelname == "WARNING" and record.message.startswith("failed: ")
+
+    def test_a_duplicate_id_within_one_jsonl_file_fails_the_whole_file(
+        self, ingestor: Ingestor, store: Store, tmp_path: Path
+    ) -> None:
+        # It used to store the first record and report the file failed: half of
+        # a failed file was served.
+        rows = [{"_id": "1", "text": "a"}, {"_id": "2", "text": "b"}]
+        write_jsonl(tmp_path / "c.jsonl", [*rows, {"_id": "1", "text": "c"}])
+        summary = ingestor.ingest_paths([tmp_path])
+        ((path, reason),) = summary.failures
+        assert path.endswith("c.jsonl:3")
+        assert "duplicate '_id' '1' (also on line 1)" in reason
+        assert "nothing of it is ingested" in reason
+        assert summary.documents == 0 and store.counts()["documents"] == 0
 
     def test_a_sidecar_warning_is_reported_once_per_file_and_it_is_ingested(
         self, ingestor: Ingestor, store: Store, tmp_path: Path
