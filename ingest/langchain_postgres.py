@@ -130,6 +130,17 @@ def _collection_statement(
     conn: psycopg.Connection[Any], source: LangchainSource
 ) -> tuple[dict[str, Any], sql.SQL, dict[str, Any]]:
     """A PGVector collection: its metadata and the statement reading its rows."""
+    present = conn.execute(
+        "SELECT to_regclass('langchain_pg_collection') IS NOT NULL"
+        " AND to_regclass('langchain_pg_embedding') IS NOT NULL"
+    ).fetchone()
+    if not (present and present[0]):
+        # A bare query would end in UndefinedTable and its traceback.
+        raise ConfigurationError(
+            f"no PGVector tables (langchain_pg_collection, langchain_pg_embedding) "
+            f"in {redact_url(source.url)}; is this the right database, or is the "
+            "store a plain table (--table)?"
+        )
     found = conn.execute(
         "SELECT uuid, cmetadata FROM langchain_pg_collection WHERE name = %s",
         (source.collection,),

@@ -249,6 +249,27 @@ class TestImport:
                 LangchainSource(pg_url, table="missing_table"),
             )
 
+    def test_a_database_without_pgvector_tables_is_a_clear_error(
+        self, store: Any, pg_url: str, capsys: Any
+    ) -> None:
+        import psycopg
+        from psycopg import sql
+        from psycopg.conninfo import make_conninfo
+
+        name = f"rp_no_pgvector_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        try:
+            url = make_conninfo(pg_url, dbname=name)
+            args = ["ingest", "--from-langchain-postgres", url, "--collection", "x"]
+            assert main(args) == 2  # was UndefinedTable and its traceback
+            err = capsys.readouterr().err
+            assert "no PGVector tables (langchain_pg_collection" in err
+            assert "Traceback" not in err
+        finally:
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
+
     def test_cli(
         self,
         store: Any,
