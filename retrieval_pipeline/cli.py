@@ -43,6 +43,15 @@ def _principals_option(
             raise argparse.ArgumentTypeError(
                 f"{value!r} names no principal; omit --principals {if_omitted}"
             )
+        parts = value.split(",")
+        empty = [n for n, part in enumerate(parts, start=1) if not part.strip()]
+        if empty:
+            # As in front matter (`principals: "hr,"`): an empty entry is a mistake
+            # (`hr,$GROUP` with the variable unset), not a list of one.
+            raise argparse.ArgumentTypeError(
+                f"{value!r} has an empty entry (entry {empty[0]}); pass "
+                f"--principals {','.join(names)!r} if that is meant"
+            )
         return names
 
     return principals

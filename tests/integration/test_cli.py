@@ -244,6 +244,23 @@ class TestCli:
         assert "names no principal" in err
         assert "omit --principals to search public documents only" in err
 
+    @pytest.mark.parametrize("command", [["ingest"], ["query", "refunds"]])
+    @pytest.mark.parametrize("value", ["hr,", "hr,,ops", ",hr"])
+    def test_an_empty_principal_entry_is_a_usage_error(
+        self,
+        store: Store,
+        sample_corpus: Path,
+        capsys: pytest.CaptureFixture[str],
+        command: list[str],
+        value: str,
+    ) -> None:
+        paths = [str(sample_corpus)] if command[0] == "ingest" else []
+        with pytest.raises(SystemExit) as info:
+            main([*command, *paths, "--principals", value])
+        assert info.value.code == EXIT_USAGE
+        assert "has an empty entry" in capsys.readouterr().err
+        assert store.counts()["documents"] == 0
+
     def test_a_failed_file_is_printed_once_and_the_library_still_logs_it(
         self,
         ingestor: Any,
