@@ -133,6 +133,9 @@ class ParsedHTML:
     title: str
     meta: list[tuple[str, str]] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
+    # (attribute, value) of <meta property|http-equiv|itemprop=...>: not read as
+    # metadata, but an access-control one must not pass in silence.
+    other_meta: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _clean(text: str) -> str:
@@ -401,6 +404,9 @@ def _list_lines(node: LexborNode, level: int, depth: int) -> list[str]:
     return lines
 
 
+_OTHER_META = ("property", "http-equiv", "itemprop")
+
+
 def parse_html(html: str) -> ParsedHTML:
     """Read a page: main content as markdown, title, meta tags and content links."""
     tree = LexborHTMLParser(html)
@@ -411,9 +417,15 @@ def parse_html(html: str) -> ParsedHTML:
         for m in tree.css("meta[name]")
         if m.attributes.get("name")
     ]
+    other_meta = [
+        (attribute, str(m.attributes.get(attribute)))
+        for attribute in _OTHER_META
+        for m in tree.css(f"meta[{attribute}]")
+        if m.attributes.get(attribute) and not m.attributes.get("name")
+    ]
     root = main_content(tree)
     if root is None:
-        return ParsedHTML("", title, meta)
+        return ParsedHTML("", title, meta, other_meta=other_meta)
     remove_chrome(root, nav_targets(tree))
     links = [
         str(a.attributes.get("href")).strip()
@@ -424,7 +436,7 @@ def parse_html(html: str) -> ParsedHTML:
     renderer.walk(root)
     blocks = renderer.finish()
     title, blocks = _root_title(title, blocks)
-    return ParsedHTML(_render(title, blocks), title, meta, links)
+    return ParsedHTML(_render(title, blocks), title, meta, links, other_meta)
 
 
 def _root_title(

@@ -1023,6 +1023,15 @@ def _html(path: Path, html: str) -> tuple[str, str, dict[str, Any], tuple[str, .
     """
     parsed = parse_html(html)
     text, title, tags = parsed.text, parsed.title, parsed.meta
+    for attribute, raw_name in parsed.other_meta:
+        name = raw_name.strip().lower()
+        if name in ACCESS_KEYS or looks_like_access_control(name):
+            # Not read, it would leave the page public: fail closed.
+            raise IngestError(
+                str(path),
+                f'<meta {attribute}="{raw_name}"> is not read; access control is '
+                f'<meta name="{name}" content="...">',
+            )
     meta: dict[str, Any] = {}
     for raw_name, content in tags:
         name = raw_name.strip().lower()

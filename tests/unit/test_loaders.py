@@ -656,6 +656,10 @@ class TestAccessControlInOtherFormats:
                 '<meta name="principals" content="x">',
                 "more than once",
             ),
+            # Not read, each left the page public.
+            ('<meta property="principals" content="hr">', 'property="principals"'),
+            ('<meta http-equiv="ACL" content="hr">', 'http-equiv="ACL"'),
+            ('<meta itemprop="allowed_groups" content="hr">', "is not read"),
         ],
     )
     def test_html_meta_acl_errors(self, tmp_path: Path, head: str, reason: str) -> None:
@@ -670,7 +674,9 @@ class TestAccessControlInOtherFormats:
         path = write(
             tmp_path / "p.html",
             '<html><head><meta name="viewport" content="width=device-width">'
-            '<meta charset="utf-8"></head><body><p>text</p></body></html>',
+            '<meta charset="utf-8"><meta property="og:title" content="T">'
+            '<meta http-equiv="refresh" content="30"></head>'
+            "<body><p>text</p></body></html>",
         )
         (doc,) = load_file(path, DEFAULTS)
         assert doc.principals == ("staff",) and doc.metadata == {}
