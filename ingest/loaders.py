@@ -463,14 +463,8 @@ def _read_text(path: Path) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def sidecars_of(path: Path, aliases: Sequence[Path] = ()) -> list[Path]:
-    """The metadata sidecars of the file at ``path``, one per sidecar file.
-
-    A sidecar is looked for beside ``path``, beside each alias and, when a path is
-    a symbolic link, beside the file it links to. One file has one set of
-    metadata however it is reached: a link read before its target (``a.md`` ->
-    ``z.md``) used to miss ``z.md.meta.yaml``, and the ``principals`` in it.
-    """
+def _sidecar_places(path: Path, aliases: Sequence[Path] = ()) -> list[Path]:
+    """``path``, its aliases and their link targets, each location once."""
     places: dict[Path, Path] = {}
     for place in (path, *aliases):
         places.setdefault(place.absolute(), place)
@@ -479,8 +473,19 @@ def sidecars_of(path: Path, aliases: Sequence[Path] = ()) -> list[Path]:
         except (OSError, RuntimeError):
             continue  # its loader says why it cannot be read
         places.setdefault(real, real)
+    return list(places.values())
+
+
+def sidecars_of(path: Path, aliases: Sequence[Path] = ()) -> list[Path]:
+    """The metadata sidecars of the file at ``path``, one per sidecar file.
+
+    A sidecar is looked for beside ``path``, beside each alias and, when a path is
+    a symbolic link, beside the file it links to. One file has one set of
+    metadata however it is reached: a link read before its target (``a.md`` ->
+    ``z.md``) used to miss ``z.md.meta.yaml``, and the ``principals`` in it.
+    """
     found: dict[Path, Path] = {}
-    for place in places.values():
+    for place in _sidecar_places(path, aliases):
         for suffix in SIDECAR_SUFFIXES:
             sidecar = place.with_name(place.name + suffix)
             if sidecar.exists():
@@ -500,7 +505,7 @@ def _read_sidecar(
     """
     found = sidecars_of(path, aliases)
     if not found:
-        for place in dict.fromkeys((path, *aliases, path.resolve())):
+        for place in _sidecar_places(path, aliases):
             _refuse_misnamed_sidecar(place)
         return {}, ()
     if len(found) > 1:
